@@ -1,0 +1,74 @@
+// Causal grouped-query attention over paged KV, one (token, query head) per invocation:
+//   out[t, h] = Σ_j softmax_j(q[t, h] · k[j, g] / √hd) · v[j, g],  j = 0 ..= pos[t],  g = h / (H / H_kv)
+// K/V come from the pages (f16 pairs in u32) through the page table, so the new tokens' own K/V
+// must be written first (kv_write). Online softmax in f32: no [T, ctx] score buffer.
+
+const MAX_HD4: u32 = 32u; // head dim ≤ 128
+
+struct Params {
+    t: u32,          // query tokens
+    n_head: u32,     // query heads
+    n_kv: u32,       // KV heads (divides n_head)
+    hd: u32,         // head dim (multiple of 4, ≤ 128)
+    page: u32,       // tokens per page
+    q_stride: u32,   // floats between token rows of q
+    scale: f32,      // usually 1/√hd
+    table_len: u32,  // entries in the page table
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;        // [T, q_stride/4]; head h at h·hd
+@group(0) @binding(2) var<storage, read> pos: array<u32>;            // [T]
+@group(0) @binding(3) var<storage, read> table: array<u32>;          // [table_len] page ids
+@group(0) @binding(4) var<storage, read> k_pages: array<u32>;        // [pages, n_kv, PAGE, hd/2]
+@group(0) @binding(5) var<storage, read> v_pages: array<u32>;        // [pages, n_kv, PAGE, hd/2]
+@group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>; // [T, n_head·hd/4]
+
+fn kv4(buf_is_k: bool, base: u32, i: u32) -> vec4<f32> {
+    if buf_is_k {
+        return vec4<f32>(unpack2x16float(k_pages[base + 2u * i]), unpack2x16float(k_pages[base + 2u * i + 1u]));
+    }
+    return vec4<f32>(unpack2x16float(v_pages[base + 2u * i]), unpack2x16float(v_pages[base + 2u * i + 1u]));
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let idx = gid.x;
+    if idx >= p.t * p.n_head {
+        return;
+    }
+    let t = idx / p.n_head;
+    let h = idx % p.n_head;
+    let g = h / (p.n_head / p.n_kv);
+    let hd4 = p.hd / 4u;
+    var qv: array<vec4<f32>, MAX_HD4>;
+    var acc: array<vec4<f32>, MAX_HD4>;
+    let qb = (t * p.q_stride + h * p.hd) / 4u;
+    for (var i = 0u; i < hd4; i++) {
+        qv[i] = q[qb + i] * p.scale;
+        acc[i] = vec4<f32>(0.0);
+    }
+    var m = -3.0e38;
+    var l = 0.0;
+    let last = pos[t];
+    for (var j = 0u; j <= last; j++) {
+        let page = table[min(j / p.page, p.table_len - 1u)];
+        let base = ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
+        var s = 0.0;
+        for (var i = 0u; i < hd4; i++) {
+            s += dot(qv[i], kv4(true, base, i));
+        }
+        let m_new = max(m, s);
+        let corr = exp(m - m_new);
+        let e = exp(s - m_new);
+        l = l * corr + e;
+        for (var i = 0u; i < hd4; i++) {
+            acc[i] = acc[i] * corr + e * kv4(false, base, i);
+        }
+        m = m_new;
+    }
+    let ob = (t * p.n_head + h) * hd4;
+    for (var i = 0u; i < hd4; i++) {
+        out[ob + i] = acc[i] / l;
+    }
+}

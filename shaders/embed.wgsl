@@ -1,0 +1,28 @@
+// y[t, :] = dequantized row tokens[t] of a Q8_0 embedding table (GPU layout, src/quant.rs).
+
+struct Params {
+    t: u32,      // tokens
+    dim: u32,    // embedding width (multiple of 32)
+    vocab: u32,  // table rows
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> tokens: array<u32>;     // [T]
+@group(0) @binding(2) var<storage, read> table: array<u32>;      // [vocab, dim] Q8_0, 9 words a block
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;    // [T, dim]
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let idx = gid.x + gid.y * nw.x * 64u;
+    if idx >= p.t * p.dim {
+        return;
+    }
+    let t = idx / p.dim;
+    let d = idx % p.dim;
+    let row = min(tokens[t], p.vocab - 1u);
+    let b = (row * (p.dim / 32u) + d / 32u) * 9u;
+    let scale = unpack2x16float(table[b]).x;
+    let q = table[b + 1u + (d % 32u) / 4u];
+    let v = bitcast<i32>(q << (24u - 8u * (d % 4u))) >> 24u;
+    y[idx] = scale * f32(v);
+}

@@ -1,0 +1,74 @@
+//! The crate's one error type. Every fallible path returns `Result<T>`; the wasm boundary turns
+//! an `Error` into a JS `Error` whose `name` is `Error::name()` (stable, documented strings).
+
+/// Everything that can go wrong in hotprefix, from bad input to a lost GPU.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No WebGPU/Vulkan/Metal/DX12/GL adapter could be found.
+    #[error("no GPU adapter: {0}")]
+    NoAdapter(String),
+    /// The adapter refused to create a device.
+    #[error("could not create a GPU device: {0}")]
+    RequestDevice(String),
+    /// The device was lost (driver reset, tab backgrounded too long, `destroy()`).
+    #[error("GPU device lost: {0}")]
+    DeviceLost(String),
+    /// An allocation or submission ran out of GPU memory.
+    #[error("GPU out of memory: {0}")]
+    OutOfMemory(String),
+    /// The GPU API rejected a call (a bug in hotprefix, or an adapter limit it did not check).
+    #[error("GPU validation error: {0}")]
+    Validation(String),
+    /// The GPU implementation reported an internal error (e.g. a shader it could not compile).
+    #[error("GPU internal error: {0}")]
+    GpuInternal(String),
+    /// Reading a buffer back to the CPU failed.
+    #[error("GPU readback failed: {0}")]
+    Readback(String),
+    /// An op was called with tensors whose shapes do not fit together.
+    #[error("{op}: {detail}")]
+    Shape { op: &'static str, detail: String },
+    /// A buffer or binding would exceed what this adapter allows.
+    #[error("{what} needs {bytes} bytes but this adapter allows {limit}")]
+    TooLarge { what: String, bytes: u64, limit: u64 },
+    /// Weight bytes that do not match their declared format and shape.
+    #[error("invalid weight data: {0}")]
+    Weights(String),
+    /// A kernel self-check found the GPU result differs from the CPU oracle.
+    #[error("kernel check failed: {0}")]
+    Mismatch(String),
+}
+
+impl Error {
+    /// A stable, machine-readable name for the error kind (used as the JS `Error.name`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Error::NoAdapter(_) => "NoAdapterError",
+            Error::RequestDevice(_) => "RequestDeviceError",
+            Error::DeviceLost(_) => "DeviceLostError",
+            Error::OutOfMemory(_) => "OutOfMemoryError",
+            Error::Validation(_) => "GpuValidationError",
+            Error::GpuInternal(_) => "GpuInternalError",
+            Error::Readback(_) => "ReadbackError",
+            Error::Shape { .. } => "ShapeError",
+            Error::TooLarge { .. } => "TooLargeError",
+            Error::Weights(_) => "WeightsError",
+            Error::Mismatch(_) => "MismatchError",
+        }
+    }
+
+    pub(crate) fn shape(op: &'static str, detail: impl Into<String>) -> Self {
+        Error::Shape { op, detail: detail.into() }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(target_arch = "wasm32")]
+impl From<Error> for wasm_bindgen::JsValue {
+    fn from(e: Error) -> Self {
+        let js = js_sys::Error::new(&e.to_string());
+        js.set_name(e.name());
+        js.into()
+    }
+}

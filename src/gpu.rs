@@ -1,0 +1,562 @@
+//! The GPU context: adapter, device and queue, created the same way natively and in the browser,
+//! plus the caches every kernel goes through (shader modules, pipelines, bind groups) and the
+//! uniform "param arena" that carries each dispatch's small parameter block.
+//!
+//! Steady state creates nothing: pipelines and bind groups are cached, parameters go into slots
+//! of one uniform buffer selected by dynamic offset, readback reuses one staging buffer.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+
+/// Optional adapter features that kernels may use. Everything works with all of them `false`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caps {
+    pub shader_f16: bool,
+    pub subgroups: bool,
+    pub timestamps: bool,
+}
+
+/// How a kernel binding is accessed. Binding 0 of every kernel is its uniform parameter block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    Read,
+    ReadWrite,
+}
+
+/// A compute kernel: one `shaders/<op>.wgsl` file, one entry point, the storage bindings after
+/// the parameter block, in order.
+pub struct Kernel {
+    pub name: &'static str,
+    pub source: &'static str,
+    pub entry: &'static str,
+    pub bindings: &'static [Access],
+}
+
+/// Pipeline cache key: shader, entry point and override constants (as f64 bit patterns).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct PipelineKey {
+    shader: &'static str,
+    entry: &'static str,
+    constants: Vec<(&'static str, u64)>,
+}
+
+/// Bind group cache key: the pipeline layout's kernel plus the identity and range of each buffer.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct BindKey {
+    shader: &'static str,
+    entry: &'static str,
+    buffers: Vec<(wgpu::Buffer, u64, u64)>,
+}
+
+const PARAM_SLOT: u64 = 256;
+const PARAM_SLOTS: u64 = 4096;
+/// Largest parameter block a kernel may use, in bytes.
+pub const MAX_PARAMS: usize = 64;
+
+/// The GPU: owns the device, queue and every cache. Create one per engine; pass it by reference.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    pub caps: Caps,
+    lost: Arc<Mutex<Option<String>>>,
+    uncaptured: Arc<Mutex<Option<String>>>,
+    modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
+    layouts: RefCell<HashMap<(&'static str, &'static str), (wgpu::BindGroupLayout, wgpu::PipelineLayout)>>,
+    pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+    bind_groups: RefCell<HashMap<BindKey, wgpu::BindGroup>>,
+    params: wgpu::Buffer,
+    staging: RefCell<Option<wgpu::Buffer>>,
+    batch_open: Cell<bool>,
+}
+
+impl Gpu {
+    /// Finds the best adapter (high-performance preference) and creates a device with the adapter's
+    /// own limits and whichever of shader-f16, subgroups and timestamp queries it offers.
+    pub async fn new() -> Result<Gpu> {
+        #[cfg(target_arch = "wasm32")]
+        let backends = wgpu::Backends::BROWSER_WEBGPU;
+        #[cfg(not(target_arch = "wasm32"))]
+        let backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all());
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = backends;
+        let instance = wgpu::Instance::new(desc);
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            })
+            .await
+            .map_err(|e| Error::NoAdapter(format!("{e} (backends tried: {backends:?})")))?;
+        Self::from_adapter(adapter).await
+    }
+
+    /// Creates the device on a given adapter (tests and benchmarks use this to pick one).
+    pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Gpu> {
+        let info = adapter.get_info();
+        let offered = adapter.features();
+        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let features = offered & wanted;
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("hotprefix"),
+                required_features: features,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| Error::RequestDevice(e.to_string()))?;
+        let lost = Arc::new(Mutex::new(None));
+        let lost_cb = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut l) = lost_cb.lock() {
+                *l = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+        // Errors outside any scope must not panic (wgpu's default); keep the first one and report
+        // it from the next checked call.
+        let uncaptured = Arc::new(Mutex::new(None));
+        let unc = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut u) = unc.lock() {
+                u.get_or_insert_with(|| e.to_string());
+            }
+        }));
+        let params = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("param arena"),
+            size: PARAM_SLOT * PARAM_SLOTS,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let caps = Caps {
+            shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups: features.contains(wgpu::Features::SUBGROUP),
+            timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+        };
+        Ok(Gpu {
+            device,
+            queue,
+            info,
+            limits,
+            caps,
+            lost,
+            uncaptured,
+            modules: RefCell::default(),
+            layouts: RefCell::default(),
+            pipelines: RefCell::default(),
+            bind_groups: RefCell::default(),
+            params,
+            staging: RefCell::new(None),
+            batch_open: Cell::new(false),
+        })
+    }
+
+    /// One line naming the adapter, its backend and optional features, for logs and benchmarks.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({:?}, driver {} {}; f16={} subgroups={} timestamps={}; max binding {} MiB)",
+            self.info.name,
+            self.info.backend,
+            self.info.driver,
+            self.info.driver_info,
+            self.caps.shader_f16,
+            self.caps.subgroups,
+            self.caps.timestamps,
+            self.limits.max_storage_buffer_binding_size >> 20
+        )
+    }
+
+    /// `Err(DeviceLost)` once the device is gone, else any error raised outside an error scope.
+    pub fn check_alive(&self) -> Result<()> {
+        if let Some(msg) = self.lost.lock().ok().and_then(|l| l.clone()) {
+            return Err(Error::DeviceLost(msg));
+        }
+        if let Some(msg) = self.uncaptured.lock().ok().and_then(|mut u| u.take()) {
+            return Err(Error::Validation(msg));
+        }
+        Ok(())
+    }
+
+    /// Creates a storage buffer (inside error scopes, so out-of-memory is a typed error).
+    pub async fn storage(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
+        self.check_binding(label, bytes)?;
+        let scopes = Scopes::push(&self.device);
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.max(4).next_multiple_of(4),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        scopes.pop(self).await?;
+        Ok(buf)
+    }
+
+    /// Creates a storage buffer holding `data`.
+    pub async fn upload<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> Result<wgpu::Buffer> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let buf = self.storage(label, bytes.len() as u64).await?;
+        self.write(&buf, 0, data);
+        Ok(buf)
+    }
+
+    /// Queues a write of `data` at byte `offset` (applied before the next submission runs).
+    pub fn write<T: bytemuck::Pod>(&self, buf: &wgpu::Buffer, offset: u64, data: &[T]) {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if bytes.len() % 4 == 0 {
+            self.queue.write_buffer(buf, offset, bytes);
+        } else {
+            let mut padded = bytes.to_vec();
+            padded.resize(bytes.len().next_multiple_of(4), 0);
+            self.queue.write_buffer(buf, offset, &padded);
+        }
+    }
+
+    fn check_binding(&self, what: &str, bytes: u64) -> Result<()> {
+        let limit = self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size);
+        if bytes > limit {
+            return Err(Error::TooLarge { what: what.to_string(), bytes, limit });
+        }
+        Ok(())
+    }
+
+    /// Copies `bytes` bytes from the start of `buf` back to the CPU.
+    pub async fn read(&self, buf: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
+        let size = bytes.next_multiple_of(4);
+        let staging = {
+            let mut slot = self.staging.borrow_mut();
+            match slot.as_ref() {
+                Some(s) if s.size() >= size => s.clone(),
+                _ => {
+                    let s = self.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("readback"),
+                        size: size.next_power_of_two().max(1024),
+                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    });
+                    *slot = Some(s.clone());
+                    s
+                }
+            }
+        };
+        let scopes = Scopes::push(&self.device);
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
+        self.queue.submit([enc.finish()]);
+        let (tx, rx) = futures_channel::oneshot::channel();
+        staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {
+            let _ = tx.send(r);
+        });
+        scopes.pop(self).await?;
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Readback(e.to_string()))?;
+        let mapped = rx.await.map_err(|_| Error::Readback("map callback dropped".into()))?;
+        if let Err(e) = mapped {
+            self.check_alive()?;
+            return Err(Error::Readback(e.to_string()));
+        }
+        let out = {
+            let view = staging
+                .get_mapped_range(0..size)
+                .map_err(|e| Error::Readback(e.to_string()))?;
+            view[..bytes as usize].to_vec()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// Reads back `n` f32 values.
+    pub async fn read_f32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>> {
+        let b = self.read(buf, 4 * n as u64).await?;
+        Ok(bytemuck::pod_collect_to_vec(&b))
+    }
+
+    /// Reads back `n` u32 values.
+    pub async fn read_u32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<u32>> {
+        let b = self.read(buf, 4 * n as u64).await?;
+        Ok(bytemuck::pod_collect_to_vec(&b))
+    }
+
+    /// Waits until all submitted work has finished (native: blocks; browser: awaits).
+    pub async fn finish(&self) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| Error::Validation(e.to_string()))?;
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let (tx, rx) = futures_channel::oneshot::channel();
+            self.queue.on_submitted_work_done(move || {
+                let _ = tx.send(());
+            });
+            rx.await.map_err(|_| Error::DeviceLost("work-done callback dropped".into()))?;
+        }
+        self.check_alive()
+    }
+
+    /// Starts recording a batch of dispatches. One batch records at a time.
+    pub fn batch(&self) -> Result<Batch<'_>> {
+        self.check_alive()?;
+        if self.batch_open.replace(true) {
+            return Err(Error::Validation("a batch is already being recorded on this Gpu".into()));
+        }
+        Ok(Batch {
+            gpu: self,
+            enc: Some(self.device.create_command_encoder(&Default::default())),
+            slot: 0,
+            scopes: Some(Scopes::push(&self.device)),
+            pending: Vec::new(),
+        })
+    }
+
+    fn module(&self, k: &Kernel) -> wgpu::ShaderModule {
+        self.modules
+            .borrow_mut()
+            .entry(k.name)
+            .or_insert_with(|| {
+                self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(k.name),
+                    source: wgpu::ShaderSource::Wgsl(k.source.into()),
+                })
+            })
+            .clone()
+    }
+
+    fn layout(&self, k: &Kernel) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+        self.layouts
+            .borrow_mut()
+            .entry((k.name, k.entry))
+            .or_insert_with(|| {
+                let mut entries = vec![wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: true,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                }];
+                for (i, a) in k.bindings.iter().enumerate() {
+                    entries.push(wgpu::BindGroupLayoutEntry {
+                        binding: i as u32 + 1,
+                        visibility: wgpu::ShaderStages::COMPUTE,
+                        ty: wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Storage { read_only: *a == Access::Read },
+                            has_dynamic_offset: false,
+                            min_binding_size: None,
+                        },
+                        count: None,
+                    });
+                }
+                let bgl = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                    label: Some(k.name),
+                    entries: &entries,
+                });
+                let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                    label: Some(k.name),
+                    bind_group_layouts: &[Some(&bgl)],
+                    immediate_size: 0,
+                });
+                (bgl, pl)
+            })
+            .clone()
+    }
+
+    fn pipeline(&self, k: &Kernel, constants: &[(&'static str, f64)]) -> wgpu::ComputePipeline {
+        let key = PipelineKey {
+            shader: k.name,
+            entry: k.entry,
+            constants: constants.iter().map(|(n, v)| (*n, v.to_bits())).collect(),
+        };
+        if let Some(p) = self.pipelines.borrow().get(&key) {
+            return p.clone();
+        }
+        let module = self.module(k);
+        let (_, layout) = self.layout(k);
+        let p = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(k.entry),
+            layout: Some(&layout),
+            module: &module,
+            entry_point: Some(k.entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants,
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        });
+        self.pipelines.borrow_mut().insert(key, p.clone());
+        p
+    }
+
+    fn bind_group(&self, k: &Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+        let key = BindKey {
+            shader: k.name,
+            entry: k.entry,
+            buffers: buffers.iter().map(|b| ((*b).clone(), 0, b.size())).collect(),
+        };
+        if let Some(bg) = self.bind_groups.borrow().get(&key) {
+            return bg.clone();
+        }
+        let (bgl, _) = self.layout(k);
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &self.params,
+                offset: 0,
+                size: wgpu::BufferSize::new(MAX_PARAMS as u64),
+            }),
+        }];
+        for (i, b) in buffers.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() });
+        }
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(k.name),
+            layout: &bgl,
+            entries: &entries,
+        });
+        self.bind_groups.borrow_mut().insert(key, bg.clone());
+        bg
+    }
+
+    /// Forgets cached bind groups that mention `buf` (call before dropping a buffer for good).
+    pub fn forget(&self, buf: &wgpu::Buffer) {
+        self.bind_groups.borrow_mut().retain(|k, _| !k.buffers.iter().any(|(b, _, _)| b == buf));
+    }
+}
+
+/// Validation and out-of-memory error scopes around a piece of GPU work.
+struct Scopes {
+    // Declared inner scope first: fields drop in order, and scopes must pop innermost first.
+    validation: wgpu::ErrorScopeGuard,
+    oom: wgpu::ErrorScopeGuard,
+}
+
+impl Scopes {
+    fn push(device: &wgpu::Device) -> Scopes {
+        let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        Scopes { validation, oom }
+    }
+
+    async fn pop(self, gpu: &Gpu) -> Result<()> {
+        let v = self.validation.pop().await;
+        let o = self.oom.pop().await;
+        gpu.check_alive()?;
+        if let Some(e) = o {
+            return Err(Error::OutOfMemory(e.to_string()));
+        }
+        match v {
+            Some(wgpu::Error::Validation { description, .. }) => Err(Error::Validation(description)),
+            Some(wgpu::Error::OutOfMemory { source }) => Err(Error::OutOfMemory(source.to_string())),
+            Some(wgpu::Error::Internal { description, .. }) => Err(Error::GpuInternal(description)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A batch of recorded dispatches, submitted together. Parameter blocks go to the param arena;
+/// when the arena's slots run out the batch submits what it has and goes on.
+pub struct Batch<'g> {
+    gpu: &'g Gpu,
+    enc: Option<wgpu::CommandEncoder>,
+    slot: u64,
+    scopes: Option<Scopes>,
+    pending: Vec<wgpu::CommandBuffer>,
+}
+
+impl<'g> Batch<'g> {
+    pub fn gpu(&self) -> &'g Gpu {
+        self.gpu
+    }
+
+    /// Records one dispatch of `kernel` with `params` (at most `MAX_PARAMS` bytes) over
+    /// `buffers` (bindings 1..), with override `constants`.
+    pub fn dispatch(
+        &mut self,
+        kernel: &Kernel,
+        constants: &[(&'static str, f64)],
+        params: &[u32],
+        buffers: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        if buffers.len() != kernel.bindings.len() {
+            return Err(Error::shape(kernel.name, format!("{} buffers for {} bindings", buffers.len(), kernel.bindings.len())));
+        }
+        if params.len() * 4 > MAX_PARAMS {
+            return Err(Error::shape(kernel.name, "parameter block too large"));
+        }
+        let max = self.gpu.limits.max_compute_workgroups_per_dimension;
+        if groups.iter().any(|&g| g > max) {
+            return Err(Error::TooLarge {
+                what: format!("{} dispatch {groups:?} workgroups", kernel.name),
+                bytes: groups.iter().copied().max().unwrap_or(0) as u64,
+                limit: max as u64,
+            });
+        }
+        if groups.contains(&0) {
+            return Ok(());
+        }
+        if self.slot == PARAM_SLOTS {
+            self.flush();
+        }
+        let offset = self.slot * PARAM_SLOT;
+        self.slot += 1;
+        let mut block = [0u32; MAX_PARAMS / 4];
+        block[..params.len()].copy_from_slice(params);
+        self.gpu.queue.write_buffer(&self.gpu.params, offset, bytemuck::cast_slice(&block));
+        let pipeline = self.gpu.pipeline(kernel, constants);
+        let bg = self.gpu.bind_group(kernel, buffers);
+        let enc = self.enc.get_or_insert_with(|| self.gpu.device.create_command_encoder(&Default::default()));
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(kernel.name), timestamp_writes: None });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bg, &[offset as u32]);
+        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        Ok(())
+    }
+
+    /// Records a buffer-to-buffer copy.
+    pub fn copy(&mut self, src: &wgpu::Buffer, src_off: u64, dst: &wgpu::Buffer, dst_off: u64, bytes: u64) {
+        let enc = self.enc.get_or_insert_with(|| self.gpu.device.create_command_encoder(&Default::default()));
+        enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, bytes);
+    }
+
+    /// Submits what was recorded so far because the param arena is full; later writes to the
+    /// arena are ordered after this submission by the queue.
+    fn flush(&mut self) {
+        if let Some(enc) = self.enc.take() {
+            self.pending.push(enc.finish());
+        }
+        self.gpu.queue.submit(self.pending.drain(..));
+        self.slot = 0;
+    }
+
+    /// Submits everything and reports any GPU error raised while recording or submitting.
+    pub async fn submit(mut self) -> Result<()> {
+        self.flush();
+        let scopes = self.scopes.take();
+        self.gpu.batch_open.set(false);
+        match scopes {
+            Some(s) => s.pop(self.gpu).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.gpu.batch_open.set(false);
+    }
+}

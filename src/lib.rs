@@ -1,0 +1,24 @@
+//! hotprefix: small LLMs on WebGPU with the attention KV cache kept resident on the GPU.
+//!
+//! This crate is the GPU kernel core so far:
+//! - [`gpu::Gpu`] owns adapter, device and queue (browser WebGPU on wasm32, Vulkan/Metal/DX12/GL
+//!   natively), turns GPU errors and device loss into [`Error`]s and caches pipelines and bind
+//!   groups;
+//! - [`ops`] has one function per kernel (`shaders/<op>.wgsl`): matmul/matvec over F32, F16, Q8_0
+//!   and Q4_1 weights, RMSNorm, RoPE, SwiGLU, Q8_0 embedding lookup, residual add, argmax, and
+//!   paged KV write + causal grouped-query attention;
+//! - [`oracle`] and [`quant`] are the plain CPU references every kernel is tested against;
+//! - [`selftest`] runs those comparisons, natively, in the browser and on the demo page.
+//!
+//! It does not (yet) load models, tokenize or generate: see the issues.
+
+pub mod error;
+pub mod gpu;
+pub mod ops;
+pub mod oracle;
+pub mod quant;
+pub mod selftest;
+#[cfg(target_arch = "wasm32")]
+pub mod web;
+
+pub use error::{Error, Result};

@@ -1,0 +1,225 @@
+//! One function per kernel: check shapes, pick the cached pipeline, record the dispatch.
+//! Each kernel's WGSL lives in `shaders/<op>.wgsl`; its binding comments give the layouts.
+//!
+//! All activations are f32 buffers; shapes are passed explicitly (buffers are allocated once at
+//! their largest size and an op uses the first rows it is told about).
+
+use crate::error::{Error, Result};
+use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Gpu, Kernel};
+use crate::quant::{self, Format};
+
+macro_rules! kernel {
+    ($name:literal, $entry:literal, [$($b:expr),*]) => {
+        Kernel { name: $name, source: include_str!(concat!("../shaders/", $name, ".wgsl")), entry: $entry, bindings: &[$($b),*] }
+    };
+}
+
+static MATVEC: Kernel = kernel!("matmul", "matvec", [Read, Read, ReadWrite]);
+static MATMUL: Kernel = kernel!("matmul", "matmul", [Read, Read, ReadWrite]);
+static RMSNORM: Kernel = kernel!("rmsnorm", "main", [Read, Read, ReadWrite]);
+static ROPE: Kernel = kernel!("rope", "main", [ReadWrite, Read, Read]);
+static SWIGLU: Kernel = kernel!("swiglu", "main", [Read, ReadWrite]);
+static EMBED: Kernel = kernel!("embed", "main", [Read, Read, ReadWrite]);
+static ADD: Kernel = kernel!("add", "main", [ReadWrite, Read]);
+static ARGMAX: Kernel = kernel!("argmax", "main", [Read, ReadWrite]);
+static KV_WRITE: Kernel = kernel!("kv_write", "main", [Read, Read, Read, ReadWrite, ReadWrite]);
+static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, Read, Read, ReadWrite]);
+
+/// Workgroup size of the matmul kernels along N.
+const MM_WG: u32 = 64;
+/// Token count from which prefill uses the 4×4-tiled matmul instead of one dot per output.
+const TILE_FROM: usize = 4;
+
+/// A weight matrix `[n, k]` on the GPU in its quantized form.
+pub struct Weight {
+    pub buf: wgpu::Buffer,
+    pub format: Format,
+    /// Output features (rows).
+    pub n: usize,
+    /// Input features (columns).
+    pub k: usize,
+}
+
+impl Weight {
+    /// Uploads GGUF bytes of an `[n, k]` matrix, repacked to the GPU layout.
+    pub async fn upload(gpu: &Gpu, name: &str, format: Format, gguf_bytes: &[u8], n: usize, k: usize) -> Result<Weight> {
+        if format != Format::F32 && format != Format::F16 && k % quant::QK != 0 || k % 4 != 0 {
+            return Err(Error::Weights(format!("{name}: K = {k} must be a multiple of 4 (32 for block formats)")));
+        }
+        let words = quant::to_gpu_layout(format, gguf_bytes, n, k)?;
+        let buf = gpu.upload(name, &words).await?;
+        Ok(Weight { buf, format, n, k })
+    }
+}
+
+/// The KV pages of one layer: `[pages, n_kv, page_size, head_dim/2]` u32 each for K and V
+/// (two f16 per word).
+pub struct KvPages {
+    pub k: wgpu::Buffer,
+    pub v: wgpu::Buffer,
+    pub pages: usize,
+    pub page_size: usize,
+    pub n_kv: usize,
+    pub head_dim: usize,
+}
+
+impl KvPages {
+    pub async fn new(gpu: &Gpu, pages: usize, page_size: usize, n_kv: usize, head_dim: usize) -> Result<KvPages> {
+        if head_dim % 4 != 0 || head_dim > 128 || page_size == 0 || n_kv == 0 {
+            return Err(Error::shape("kv pages", format!("head_dim {head_dim} (multiple of 4, ≤ 128), page size {page_size}, {n_kv} KV heads")));
+        }
+        let bytes = (pages * n_kv * page_size * head_dim * 2) as u64;
+        Ok(KvPages {
+            k: gpu.storage("k pages", bytes).await?,
+            v: gpu.storage("v pages", bytes).await?,
+            pages,
+            page_size,
+            n_kv,
+            head_dim,
+        })
+    }
+}
+
+fn need(op: &'static str, what: &str, buf: &wgpu::Buffer, floats: usize) -> Result<()> {
+    let bytes = 4 * floats as u64;
+    if buf.size() < bytes {
+        return Err(Error::shape(op, format!("{what} holds {} bytes, needs {bytes}", buf.size())));
+    }
+    Ok(())
+}
+
+/// Spreads `n` invocations of 64 over x (and y past the per-dimension limit).
+fn groups_1d(gpu: &Gpu, n: usize) -> [u32; 3] {
+    let g = n.div_ceil(64) as u32;
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    if g <= max {
+        [g, 1, 1]
+    } else {
+        [max, g.div_ceil(max), 1]
+    }
+}
+
+fn u(v: usize) -> u32 {
+    v as u32
+}
+
+/// `y[t, n] = x[t, k] · Wᵀ` (weights dequantized in the shader).
+pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
+    need("matmul", "x", x, t * w.k)?;
+    need("matmul", "y", y, t * w.n)?;
+    let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64)];
+    let params = [u(t), u(w.k), u(w.n)];
+    if t < TILE_FROM {
+        let groups = [u(w.n).div_ceil(MM_WG), u(t), 1];
+        b.dispatch(&MATVEC, &consts, &params, &[x, &w.buf, y], groups)
+    } else {
+        let groups = [u(w.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
+        b.dispatch(&MATMUL, &consts, &params, &[x, &w.buf, y], groups)
+    }
+}
+
+/// `y[r] = x[r] / rms(x[r]) · w` for `rows` rows of `dim`.
+pub fn rmsnorm(b: &mut Batch, x: &wgpu::Buffer, w: &wgpu::Buffer, y: &wgpu::Buffer, rows: usize, dim: usize, eps: f32) -> Result<()> {
+    need("rmsnorm", "x", x, rows * dim)?;
+    need("rmsnorm", "w", w, dim)?;
+    need("rmsnorm", "y", y, rows * dim)?;
+    b.dispatch(&RMSNORM, &[], &[u(rows), u(dim), eps.to_bits()], &[x, w, y], [u(rows).div_ceil(64), 1, 1])
+}
+
+/// Shape of a RoPE application: the first `heads` heads of each of `t` rows, `row_stride` floats apart.
+pub struct RopeShape {
+    pub t: usize,
+    pub heads: usize,
+    pub row_stride: usize,
+    pub head_dim: usize,
+}
+
+/// Rotates pairs in place with the `(cos, sin)` table `[max_pos, head_dim/2]` at each token's position.
+pub fn rope(b: &mut Batch, x: &wgpu::Buffer, pos: &wgpu::Buffer, table: &wgpu::Buffer, s: &RopeShape) -> Result<()> {
+    if s.head_dim % 2 != 0 || s.row_stride % 2 != 0 || s.heads * s.head_dim > s.row_stride {
+        return Err(Error::shape("rope", format!("{} heads of {} in rows of {}", s.heads, s.head_dim, s.row_stride)));
+    }
+    need("rope", "x", x, s.t * s.row_stride)?;
+    need("rope", "positions", pos, s.t)?;
+    let max_pos = table.size() as usize / (4 * s.head_dim);
+    if max_pos == 0 {
+        return Err(Error::shape("rope", "empty table"));
+    }
+    let params = [u(s.t), u(s.heads), u(s.row_stride), u(s.head_dim), u(max_pos)];
+    b.dispatch(&ROPE, &[], &params, &[x, pos, table], groups_1d(b.gpu(), s.t * s.heads * s.head_dim / 2))
+}
+
+/// `y[t, j] = silu(x[t, j]) · x[t, f + j]` for a fused gate|up row of `2f`.
+pub fn swiglu(b: &mut Batch, x: &wgpu::Buffer, y: &wgpu::Buffer, t: usize, f: usize) -> Result<()> {
+    need("swiglu", "x", x, t * 2 * f)?;
+    need("swiglu", "y", y, t * f)?;
+    b.dispatch(&SWIGLU, &[], &[u(t), u(f)], &[x, y], groups_1d(b.gpu(), t * f))
+}
+
+/// `y[i, :] = table[tokens[i], :]` from a Q8_0 table. Token ids are checked by the caller
+/// (the shader clamps to the last row rather than read out of bounds).
+pub fn embed(b: &mut Batch, tokens: &wgpu::Buffer, table: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
+    if table.format != Format::Q8_0 {
+        return Err(Error::shape("embed", format!("table is {}, the kernel reads Q8_0", table.format.name())));
+    }
+    need("embed", "tokens", tokens, t)?;
+    need("embed", "y", y, t * table.k)?;
+    let params = [u(t), u(table.k), u(table.n)];
+    b.dispatch(&EMBED, &[], &params, &[tokens, &table.buf, y], groups_1d(b.gpu(), t * table.k))
+}
+
+/// `a[i] += b[i]` for `n` values.
+pub fn add(b: &mut Batch, a: &wgpu::Buffer, other: &wgpu::Buffer, n: usize) -> Result<()> {
+    need("add", "a", a, n)?;
+    need("add", "b", other, n)?;
+    b.dispatch(&ADD, &[], &[u(n)], &[a, other], groups_1d(b.gpu(), n))
+}
+
+/// `out[r] = argmax(x[r, :n])` for `rows` rows (u32 ids; lowest on ties).
+pub fn argmax(b: &mut Batch, x: &wgpu::Buffer, out: &wgpu::Buffer, rows: usize, n: usize) -> Result<()> {
+    need("argmax", "x", x, rows * n)?;
+    need("argmax", "out", out, rows)?;
+    b.dispatch(&ARGMAX, &[], &[u(rows), u(n)], &[x, out], [u(rows), 1, 1])
+}
+
+/// Where K and V of each token sit in a source buffer of rows.
+pub struct KvSource {
+    pub t: usize,
+    pub row_stride: usize,
+    pub k_off: usize,
+    pub v_off: usize,
+}
+
+/// Writes `t` tokens' K and V (f32, from `src`) into `kv` at positions `pos` via `table`.
+pub fn kv_write(b: &mut Batch, src: &wgpu::Buffer, s: &KvSource, pos: &wgpu::Buffer, table: &wgpu::Buffer, table_len: usize, kv: &KvPages) -> Result<()> {
+    let width = kv.n_kv * kv.head_dim;
+    if s.row_stride % 2 != 0 || s.k_off % 2 != 0 || s.v_off % 2 != 0 || s.k_off.max(s.v_off) + width > s.row_stride {
+        return Err(Error::shape("kv_write", format!("K at {} and V at {} ({width} wide) in rows of {}", s.k_off, s.v_off, s.row_stride)));
+    }
+    need("kv_write", "src", src, s.t * s.row_stride)?;
+    need("kv_write", "positions", pos, s.t)?;
+    need("kv_write", "page table", table, table_len.max(1))?;
+    let params = [u(s.t), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.row_stride), u(s.k_off), u(s.v_off), u(table_len)];
+    b.dispatch(&KV_WRITE, &[], &params, &[src, pos, table, &kv.k, &kv.v], groups_1d(b.gpu(), s.t * width / 2))
+}
+
+/// Shape of an attention call: `t` query rows of `q_stride` floats with `n_head` heads at the start.
+pub struct AttnShape {
+    pub t: usize,
+    pub n_head: usize,
+    pub q_stride: usize,
+    pub scale: f32,
+}
+
+/// Causal GQA attention of `t` queries at positions `pos` over the pages in `table`.
+pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buffer, table: &wgpu::Buffer, table_len: usize, kv: &KvPages, out: &wgpu::Buffer) -> Result<()> {
+    if s.n_head % kv.n_kv != 0 || s.q_stride % 4 != 0 || s.n_head * kv.head_dim > s.q_stride {
+        return Err(Error::shape("attention", format!("{} query heads over {} KV heads, rows of {}", s.n_head, kv.n_kv, s.q_stride)));
+    }
+    need("attention", "q", q, s.t * s.q_stride)?;
+    need("attention", "positions", pos, s.t)?;
+    need("attention", "page table", table, table_len.max(1))?;
+    need("attention", "out", out, s.t * s.n_head * kv.head_dim)?;
+    let params = [u(s.t), u(s.n_head), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.q_stride), s.scale.to_bits(), u(table_len)];
+    b.dispatch(&ATTENTION, &[], &params, &[q, pos, table, &kv.k, &kv.v, out], [u(s.t * s.n_head).div_ceil(64), 1, 1])
+}

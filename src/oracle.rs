@@ -1,0 +1,132 @@
+//! Plain CPU implementations of every kernel: obviously correct, slow, the reference the GPU
+//! kernels are tested against (and, later, the reference forward pass for the tiny model).
+//! Weight dequantization lives in `quant::dequantize`.
+
+use half::f16;
+
+/// `y[t, n] = Σ_k x[t, k] · w[n, k]`; also returns `Σ_k |x·w|` per output (for tolerances).
+pub fn matmul(x: &[f32], w: &[f32], t: usize, k: usize, n: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut y = vec![0f32; t * n];
+    let mut mag = vec![0f32; t * n];
+    for ti in 0..t {
+        for ni in 0..n {
+            let (mut s, mut a) = (0f64, 0f64);
+            for ki in 0..k {
+                let p = x[ti * k + ki] as f64 * w[ni * k + ki] as f64;
+                s += p;
+                a += p.abs();
+            }
+            y[ti * n + ni] = s as f32;
+            mag[ti * n + ni] = a as f32;
+        }
+    }
+    (y, mag)
+}
+
+pub fn rmsnorm(x: &[f32], w: &[f32], rows: usize, dim: usize, eps: f32) -> Vec<f32> {
+    let mut y = vec![0f32; rows * dim];
+    for r in 0..rows {
+        let row = &x[r * dim..(r + 1) * dim];
+        let ms = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / dim as f64;
+        let s = 1.0 / (ms + eps as f64).sqrt();
+        for i in 0..dim {
+            y[r * dim + i] = (row[i] as f64 * s * w[i] as f64) as f32;
+        }
+    }
+    y
+}
+
+/// The RoPE `(cos, sin)` table `[max_pos, head_dim/2]` for adjacent pairs:
+/// angle(pos, i) = pos · base^(−2i/head_dim), computed in f64.
+pub fn rope_table(max_pos: usize, head_dim: usize, base: f64) -> Vec<[f32; 2]> {
+    let half = head_dim / 2;
+    let mut out = Vec::with_capacity(max_pos * half);
+    for pos in 0..max_pos {
+        for i in 0..half {
+            let a = pos as f64 * base.powf(-2.0 * i as f64 / head_dim as f64);
+            out.push([a.cos() as f32, a.sin() as f32]);
+        }
+    }
+    out
+}
+
+/// Rotates adjacent pairs of the first `heads` heads of each row in place.
+pub fn rope(x: &mut [f32], pos: &[u32], heads: usize, row_stride: usize, head_dim: usize, base: f64) {
+    for (t, &p) in pos.iter().enumerate() {
+        for h in 0..heads {
+            for i in 0..head_dim / 2 {
+                let a = p as f64 * base.powf(-2.0 * i as f64 / head_dim as f64);
+                let (c, s) = (a.cos(), a.sin());
+                let j = t * row_stride + h * head_dim + 2 * i;
+                let (x0, x1) = (x[j] as f64, x[j + 1] as f64);
+                x[j] = (x0 * c - x1 * s) as f32;
+                x[j + 1] = (x0 * s + x1 * c) as f32;
+            }
+        }
+    }
+}
+
+pub fn silu(v: f32) -> f32 {
+    v / (1.0 + (-v).exp())
+}
+
+/// `y[t, j] = silu(x[t, j]) · x[t, f + j]`.
+pub fn swiglu(x: &[f32], t: usize, f: usize) -> Vec<f32> {
+    let mut y = Vec::with_capacity(t * f);
+    for ti in 0..t {
+        let row = &x[ti * 2 * f..(ti + 1) * 2 * f];
+        y.extend((0..f).map(|j| silu(row[j]) * row[f + j]));
+    }
+    y
+}
+
+/// Rows `tokens[i]` of a dequantized `[vocab, dim]` table.
+pub fn embed(table: &[f32], tokens: &[u32], dim: usize) -> Vec<f32> {
+    tokens.iter().flat_map(|&t| table[t as usize * dim..(t as usize + 1) * dim].iter().copied()).collect()
+}
+
+/// Index of the largest value of each row (lowest on ties, NaN never wins).
+pub fn argmax(x: &[f32], rows: usize, n: usize) -> Vec<u32> {
+    (0..rows)
+        .map(|r| {
+            let mut best: Option<(f32, usize)> = None;
+            for (i, &v) in x[r * n..(r + 1) * n].iter().enumerate() {
+                if !v.is_nan() && best.is_none_or(|(b, _)| v > b) {
+                    best = Some((v, i));
+                }
+            }
+            best.map_or(u32::MAX, |(_, i)| i as u32)
+        })
+        .collect()
+}
+
+/// Rounds to f16 and back: what the KV pages store.
+pub fn f16_round(v: f32) -> f32 {
+    f16::from_f32(v).to_f32()
+}
+
+/// Causal GQA attention with contiguous caches: `k`, `v` are `[ctx, n_kv, hd]` (already rounded
+/// as stored), `q` is `[t, n_head, hd]`, query `i` attends to positions `0..=pos[i]`.
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], pos: &[u32], n_head: usize, n_kv: usize, hd: usize, scale: f32) -> Vec<f32> {
+    let mut out = vec![0f32; pos.len() * n_head * hd];
+    for (t, &p) in pos.iter().enumerate() {
+        for h in 0..n_head {
+            let g = h / (n_head / n_kv);
+            let qr = &q[(t * n_head + h) * hd..][..hd];
+            let scores: Vec<f64> = (0..=p as usize)
+                .map(|j| {
+                    let kr = &k[(j * n_kv + g) * hd..][..hd];
+                    qr.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale as f64
+                })
+                .collect();
+            let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for d in 0..hd {
+                let acc: f64 = e.iter().enumerate().map(|(j, w)| w * v[(j * n_kv + g) * hd + d] as f64).sum();
+                out[(t * n_head + h) * hd + d] = (acc / z) as f32;
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,331 @@
+//! Kernel checks: each runs one GPU kernel on seeded random inputs and compares every output with
+//! the CPU oracle, naming the first index outside tolerance with both values. The same checks run
+//! in `cargo test` (native), in `wasm-pack test` (headless Chromium) and on the demo page, which
+//! also shows the speed each one measured.
+
+use crate::error::{Error, Result};
+use crate::gpu::{Batch, Gpu};
+use crate::ops::{self, AttnShape, KvPages, KvSource, RopeShape, Weight};
+use crate::oracle;
+use crate::quant::{self, Format};
+
+/// A kernel check and its shape.
+#[derive(Clone, Debug)]
+pub enum Check {
+    Matmul { format: Format, t: usize, k: usize, n: usize },
+    RmsNorm { rows: usize, dim: usize },
+    Rope { t: usize, heads: usize, extra_heads: usize, head_dim: usize, max_pos: usize },
+    SwiGlu { t: usize, f: usize },
+    Embed { t: usize, vocab: usize, dim: usize },
+    Add { n: usize },
+    Argmax { rows: usize, n: usize },
+    /// `past` tokens already cached, then `t` new ones; pages shuffled in a pool of `pool` pages.
+    Attention { past: usize, t: usize, n_head: usize, n_kv: usize, head_dim: usize, page: usize, pool: usize },
+}
+
+/// What a check measured.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub name: String,
+    /// Largest |GPU − CPU| over all outputs.
+    pub max_err: f32,
+    /// Milliseconds per kernel run (when timed), and the rate it implies.
+    pub ms: Option<f64>,
+    pub rate: Option<(f64, &'static str)>,
+}
+
+impl Check {
+    pub fn name(&self) -> String {
+        match self {
+            Check::Matmul { format, t, k, n } => format!("matmul {} T={t} K={k} N={n}", format.name()),
+            Check::RmsNorm { rows, dim } => format!("rmsnorm rows={rows} dim={dim}"),
+            Check::Rope { t, heads, extra_heads, head_dim, max_pos } => format!("rope T={t} heads={heads}+{extra_heads} hd={head_dim} max_pos={max_pos}"),
+            Check::SwiGlu { t, f } => format!("swiglu T={t} F={f}"),
+            Check::Embed { t, vocab, dim } => format!("embed Q8_0 T={t} vocab={vocab} dim={dim}"),
+            Check::Add { n } => format!("add n={n}"),
+            Check::Argmax { rows, n } => format!("argmax rows={rows} n={n}"),
+            Check::Attention { past, t, n_head, n_kv, head_dim, page, pool } => {
+                format!("kv_write+attention past={past} T={t} heads={n_head}/{n_kv} hd={head_dim} page={page} pool={pool}")
+            }
+        }
+    }
+
+    /// The checks the browser and the demo page run: every kernel and every weight format at
+    /// small, odd shapes (the software WebGPU adapter is slow).
+    pub fn small_suite() -> Vec<Check> {
+        let mut v: Vec<Check> = Vec::new();
+        for format in Format::ALL {
+            v.push(Check::Matmul { format, t: 1, k: 96, n: 37 });
+            v.push(Check::Matmul { format, t: 7, k: 64, n: 45 });
+        }
+        v.extend([
+            Check::RmsNorm { rows: 3, dim: 100 },
+            Check::Rope { t: 5, heads: 3, extra_heads: 1, head_dim: 16, max_pos: 300 },
+            Check::SwiGlu { t: 3, f: 37 },
+            Check::Embed { t: 4, vocab: 50, dim: 64 },
+            Check::Add { n: 1001 },
+            Check::Argmax { rows: 3, n: 1000 },
+            Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
+            Check::Attention { past: 0, t: 1, n_head: 3, n_kv: 3, head_dim: 8, page: 2, pool: 2 },
+        ]);
+        v
+    }
+
+    /// Runs the check; with `reps > 0` also times `reps` back-to-back runs of the kernel.
+    pub async fn run(&self, gpu: &Gpu, seed: u64, reps: usize) -> Result<Report> {
+        let mut rng = Rng(seed);
+        let name = self.name();
+        match *self {
+            Check::Matmul { format, t, k, n } => matmul(gpu, &mut rng, name, format, t, k, n, reps).await,
+            Check::RmsNorm { rows, dim } => {
+                let x = rng.vec(rows * dim, 2.0);
+                let w = rng.vec(dim, 1.0);
+                let (xb, wb) = (gpu.upload("x", &x).await?, gpu.upload("w", &w).await?);
+                let yb = gpu.storage("y", 4 * (rows * dim) as u64).await?;
+                let run = |b: &mut Batch| ops::rmsnorm(b, &xb, &wb, &yb, rows, dim, 1e-5);
+                let ms = execute(gpu, reps, run).await?;
+                let got = gpu.read_f32(&yb, rows * dim).await?;
+                let want = oracle::rmsnorm(&x, &w, rows, dim, 1e-5);
+                let max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 1e-5 * want[i].abs())?;
+                Ok(Report::timed(name, max_err, ms, (rows * dim * 8) as f64, "GB/s"))
+            }
+            Check::Rope { t, heads, extra_heads, head_dim, max_pos } => {
+                let stride = (heads + extra_heads) * head_dim;
+                let x = rng.vec(t * stride, 1.0);
+                let pos: Vec<u32> = (0..t).map(|_| rng.below(max_pos) as u32).collect();
+                let table = oracle::rope_table(max_pos, head_dim, 10000.0);
+                let xb = gpu.upload("x", &x).await?;
+                let (pb, tb) = (gpu.upload("pos", &pos).await?, gpu.upload("rope table", &table).await?);
+                let shape = RopeShape { t, heads, row_stride: stride, head_dim };
+                ops_once(gpu, |b| ops::rope(b, &xb, &pb, &tb, &shape)).await?;
+                let got = gpu.read_f32(&xb, t * stride).await?;
+                let mut want = x.clone();
+                oracle::rope(&mut want, &pos, heads, stride, head_dim, 10000.0);
+                let max_err = compare(&name, "x", &got, &want, |_| 1e-5)?;
+                Ok(Report { name, max_err, ms: None, rate: None })
+            }
+            Check::SwiGlu { t, f } => {
+                let x = rng.vec(t * 2 * f, 4.0);
+                let xb = gpu.upload("x", &x).await?;
+                let yb = gpu.storage("y", 4 * (t * f) as u64).await?;
+                let ms = execute(gpu, reps, |b| ops::swiglu(b, &xb, &yb, t, f)).await?;
+                let got = gpu.read_f32(&yb, t * f).await?;
+                let want = oracle::swiglu(&x, t, f);
+                let max_err = compare(&name, "y", &got, &want, |i| 1e-6 + 1e-5 * want[i].abs())?;
+                Ok(Report::timed(name, max_err, ms, (t * f * 12) as f64, "GB/s"))
+            }
+            Check::Embed { t, vocab, dim } => {
+                let table = quant::quantize(Format::Q8_0, &rng.vec(vocab * dim, 1.0))?;
+                let mut tokens: Vec<u32> = (0..t).map(|_| rng.below(vocab) as u32).collect();
+                tokens[0] = vocab as u32 - 1;
+                let w = Weight::upload(gpu, "embeddings", Format::Q8_0, &table, vocab, dim).await?;
+                let tb = gpu.upload("tokens", &tokens).await?;
+                let yb = gpu.storage("y", 4 * (t * dim) as u64).await?;
+                ops_once(gpu, |b| ops::embed(b, &tb, &w, &yb, t)).await?;
+                let got = gpu.read_f32(&yb, t * dim).await?;
+                let want = oracle::embed(&quant::dequantize(Format::Q8_0, &table)?, &tokens, dim);
+                let max_err = compare(&name, "y", &got, &want, |_| 0.0)?;
+                Ok(Report { name, max_err, ms: None, rate: None })
+            }
+            Check::Add { n } => {
+                let (a, b) = (rng.vec(n, 1.0), rng.vec(n, 1.0));
+                let (ab, bb) = (gpu.upload("a", &a).await?, gpu.upload("b", &b).await?);
+                ops_once(gpu, |bt| ops::add(bt, &ab, &bb, n)).await?;
+                let got = gpu.read_f32(&ab, n).await?;
+                let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+                let max_err = compare(&name, "a", &got, &want, |_| 0.0)?;
+                Ok(Report { name, max_err, ms: None, rate: None })
+            }
+            Check::Argmax { rows, n } => {
+                let mut x = rng.vec(rows * n, 10.0);
+                // A tie (the lower index must win) and a NaN (must never win) in row 0.
+                let top = x[..n].iter().copied().fold(f32::MIN, f32::max) + 1.0;
+                x[n / 2] = top;
+                x[n - 1] = top;
+                x[0] = f32::NAN;
+                let xb = gpu.upload("x", &x).await?;
+                let ob = gpu.storage("out", 4 * rows as u64).await?;
+                ops_once(gpu, |b| ops::argmax(b, &xb, &ob, rows, n)).await?;
+                let got = gpu.read_u32(&ob, rows).await?;
+                let want = oracle::argmax(&x, rows, n);
+                if let Some(r) = (0..rows).find(|&r| got[r] != want[r]) {
+                    return Err(Error::Mismatch(format!("{name}: out[{r}] = {} (GPU) vs {} (CPU)", got[r], want[r])));
+                }
+                Ok(Report { name, max_err: 0.0, ms: None, rate: None })
+            }
+            Check::Attention { past, t, n_head, n_kv, head_dim, page, pool } => {
+                attention(gpu, &mut rng, name, [past, t, n_head, n_kv, head_dim, page, pool], reps).await
+            }
+        }
+    }
+}
+
+impl Report {
+    fn timed(name: String, max_err: f32, ms: Option<f64>, work: f64, unit: &'static str) -> Report {
+        let rate = ms.map(|ms| (work / (ms * 1e6), unit));
+        Report { name, max_err, ms, rate }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, format: Format, t: usize, k: usize, n: usize, reps: usize) -> Result<Report> {
+    let x = rng.vec(t * k, 1.0);
+    let wq = quant::quantize(format, &rng.vec(n * k, 0.5))?;
+    let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
+    let xb = gpu.upload("x", &x).await?;
+    let yb = gpu.storage("y", 4 * (t * n) as u64).await?;
+    let ms = execute(gpu, reps, |b| ops::matmul(b, &xb, &w, &yb, t)).await?;
+    let got = gpu.read_f32(&yb, t * n).await?;
+    let (want, mag) = oracle::matmul(&x, &quant::dequantize(format, &wq)?, t, k, n);
+    let max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * mag[i])?;
+    let (work, unit) = if t == 1 { (w.buf.size() as f64, "GB/s") } else { (2.0 * (t * k * n) as f64, "GFLOP/s") };
+    Ok(Report::timed(name, max_err, ms, work, unit))
+}
+
+async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: usize) -> Result<Report> {
+    let [past, t, n_head, n_kv, hd, page, pool] = s;
+    let ctx = past + t;
+    let n_pages = ctx.div_ceil(page);
+    if n_pages > pool {
+        return Err(Error::shape("attention check", format!("{ctx} tokens need {n_pages} pages, pool has {pool}")));
+    }
+    // The sequence's pages are a shuffled subset of the pool, so page order ≠ memory order.
+    let mut ids: Vec<u32> = (0..pool as u32).collect();
+    for i in (1..pool).rev() {
+        ids.swap(i, rng.below(i + 1));
+    }
+    let table = &ids[..n_pages];
+    // Rows hold Q | K | V as the model's fused projection will produce them.
+    let (qw, kw) = (n_head * hd, n_kv * hd);
+    let stride = qw + 2 * kw;
+    let rows = rng.vec(ctx * stride, 1.0);
+    let kv = KvPages::new(gpu, pool, page, n_kv, hd).await?;
+    let tb = gpu.upload("page table", table).await?;
+    let src = KvSource { t: 0, row_stride: stride, k_off: qw, v_off: qw + kw };
+    // First the `past` tokens in their own batch, then the new ones: prefill from a position.
+    let (old, new) = rows.split_at(past * stride);
+    let all_pos: Vec<u32> = (0..ctx as u32).collect();
+    for (part, pos) in [(old, &all_pos[..past]), (new, &all_pos[past..])] {
+        if pos.is_empty() {
+            continue;
+        }
+        let rb = gpu.upload("qkv", part).await?;
+        let pb = gpu.upload("pos", pos).await?;
+        let s = KvSource { t: pos.len(), ..src };
+        ops_once(gpu, |b| ops::kv_write(b, &rb, &s, &pb, &tb, n_pages, &kv)).await?;
+    }
+    // K pages must now hold every token, f16-rounded, at page table[pos / page], slot pos % page.
+    let kpages = gpu.read(&kv.k, kv.k.size()).await?;
+    let kvals: Vec<f32> = kpages.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
+    let (mut kc, mut vc) = (Vec::with_capacity(ctx * kw), Vec::with_capacity(ctx * kw));
+    for j in 0..ctx {
+        let row = &rows[j * stride..(j + 1) * stride];
+        kc.extend(row[qw..qw + kw].iter().map(|v| oracle::f16_round(*v)));
+        vc.extend(row[qw + kw..].iter().map(|v| oracle::f16_round(*v)));
+        for g in 0..n_kv {
+            let base = ((table[j / page] as usize * n_kv + g) * page + j % page) * hd;
+            let got = &kvals[base..base + hd];
+            let want = &kc[(j * n_kv + g) * hd..][..hd];
+            compare(&name, &format!("k page of token {j} head {g}"), got, want, |_| 0.0)?;
+        }
+    }
+    let qb = gpu.upload("q", new).await?;
+    let pb = gpu.upload("pos", &all_pos[past..]).await?;
+    let ob = gpu.storage("out", 4 * (t * qw) as u64).await?;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let shape = AttnShape { t, n_head, q_stride: stride, scale };
+    let ms = execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ob)).await?;
+    let got = gpu.read_f32(&ob, t * qw).await?;
+    let q: Vec<f32> = new.chunks_exact(stride).flat_map(|r| r[..qw].iter().copied()).collect();
+    let want = oracle::attention(&q, &kc, &vc, &all_pos[past..], n_head, n_kv, hd, scale);
+    let max_err = compare(&name, "out", &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?;
+    let bytes = (t * n_head * (past + t) * hd * 2 * 2) as f64;
+    Ok(Report::timed(name, max_err, ms, bytes, "GB/s"))
+}
+
+/// Records `op` once and waits for it.
+async fn ops_once(gpu: &Gpu, op: impl Fn(&mut Batch) -> Result<()>) -> Result<()> {
+    let mut b = gpu.batch()?;
+    op(&mut b)?;
+    b.submit().await?;
+    gpu.finish().await
+}
+
+/// Runs `op` once for the check; with `reps > 0` then times that many more runs in one batch.
+async fn execute(gpu: &Gpu, reps: usize, op: impl Fn(&mut Batch) -> Result<()>) -> Result<Option<f64>> {
+    ops_once(gpu, &op).await?;
+    if reps == 0 {
+        return Ok(None);
+    }
+    let start = now_ms();
+    let mut b = gpu.batch()?;
+    for _ in 0..reps {
+        op(&mut b)?;
+    }
+    b.submit().await?;
+    gpu.finish().await?;
+    Ok(Some((now_ms() - start) / reps as f64))
+}
+
+/// Wall-clock milliseconds (monotonic natively, `performance.now()` in the browser).
+pub fn now_ms() -> f64 {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use std::sync::OnceLock;
+        static T0: OnceLock<std::time::Instant> = OnceLock::new();
+        T0.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        use wasm_bindgen::JsCast;
+        js_sys::Reflect::get(&js_sys::global(), &"performance".into())
+            .ok()
+            .and_then(|p| p.dyn_into::<web_sys::Performance>().ok())
+            .map_or(0.0, |p| p.now())
+    }
+}
+
+/// Compares element-wise; the error names the first index outside `tol(i)` and both values.
+pub fn compare(check: &str, what: &str, got: &[f32], want: &[f32], tol: impl Fn(usize) -> f32) -> Result<f32> {
+    if got.len() != want.len() {
+        return Err(Error::Mismatch(format!("{check}: {what} has {} values, expected {}", got.len(), want.len())));
+    }
+    let mut max_err = 0f32;
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (g - w).abs();
+        if !(d <= tol(i)) {
+            return Err(Error::Mismatch(format!(
+                "{check}: {what}[{i}] = {g} (GPU) vs {w} (CPU), |diff| {d:e} > tolerance {:e}",
+                tol(i)
+            )));
+        }
+        max_err = max_err.max(d);
+    }
+    Ok(max_err)
+}
+
+/// SplitMix64: a tiny seeded generator, so fixtures do not change with a crate's version.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[-a, a)`.
+    pub fn f32(&mut self, a: f32) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
+    }
+
+    pub fn vec(&mut self, n: usize, a: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32(a)).collect()
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}

@@ -1,0 +1,96 @@
+//! Every kernel against its CPU oracle, natively (`cargo test`, on whatever adapter wgpu finds:
+//! lavapipe in CI) and in headless Chromium (`wasm-pack test --headless --chrome`).
+//! A machine without an adapter fails these tests loudly: they never pass silently.
+
+use hotprefix::gpu::Gpu;
+use hotprefix::quant::Format;
+use hotprefix::selftest::Check;
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+async fn gpu() -> Gpu {
+    match Gpu::new().await {
+        Ok(g) => g,
+        Err(e) => panic!("GPU tests need an adapter (install Mesa lavapipe: see .ci/run): {e}"),
+    }
+}
+
+async fn check_all(checks: &[Check]) {
+    let gpu = gpu().await;
+    for (i, c) in checks.iter().enumerate() {
+        if let Err(e) = c.run(&gpu, 7 + i as u64, 0).await {
+            panic!("{} on {}: {e}", c.name(), gpu.describe());
+        }
+    }
+}
+
+/// Defines one test that runs natively (blocking) and in the browser (async).
+macro_rules! gpu_test {
+    ($name:ident, native: $native:expr, browser: $browser:expr) => {
+        #[cfg(not(target_arch = "wasm32"))]
+        #[test]
+        fn $name() {
+            pollster::block_on(check_all(&$native));
+        }
+        #[cfg(target_arch = "wasm32")]
+        #[wasm_bindgen_test::wasm_bindgen_test]
+        async fn $name() {
+            check_all(&$browser).await;
+        }
+    };
+}
+
+fn mm(format: Format, shapes: &[(usize, usize, usize)]) -> Vec<Check> {
+    shapes.iter().map(|&(t, k, n)| Check::Matmul { format, t, k, n }).collect()
+}
+
+// Odd T and N (not multiples of any workgroup size), T = 1 (matvec), T ≥ 4 (tiled), large K.
+const NATIVE_MM: &[(usize, usize, usize)] = &[(1, 576, 577), (1, 4096, 67), (3, 64, 129), (4, 96, 5), (13, 576, 203), (37, 1536, 33), (2, 32, 1)];
+#[allow(dead_code)] // used by the browser build only
+const BROWSER_MM: &[(usize, usize, usize)] = &[(1, 96, 37), (5, 64, 19)];
+
+gpu_test!(matmul_f32, native: mm(Format::F32, &[(1, 100, 33), (9, 36, 17), (1, 2048, 65)]), browser: mm(Format::F32, BROWSER_MM));
+gpu_test!(matmul_f16, native: mm(Format::F16, &[(1, 100, 33), (9, 36, 17), (1, 2048, 65)]), browser: mm(Format::F16, BROWSER_MM));
+gpu_test!(matmul_q8_0, native: mm(Format::Q8_0, NATIVE_MM), browser: mm(Format::Q8_0, BROWSER_MM));
+gpu_test!(matmul_q4_1, native: mm(Format::Q4_1, NATIVE_MM), browser: mm(Format::Q4_1, BROWSER_MM));
+
+gpu_test!(rmsnorm,
+    native: [Check::RmsNorm { rows: 1, dim: 576 }, Check::RmsNorm { rows: 67, dim: 1001 }],
+    browser: [Check::RmsNorm { rows: 3, dim: 100 }]);
+
+gpu_test!(rope,
+    native: [Check::Rope { t: 1, heads: 9, extra_heads: 0, head_dim: 64, max_pos: 8192 },
+             Check::Rope { t: 77, heads: 12, extra_heads: 3, head_dim: 64, max_pos: 8192 }],
+    browser: [Check::Rope { t: 5, heads: 3, extra_heads: 1, head_dim: 16, max_pos: 300 }]);
+
+gpu_test!(swiglu,
+    native: [Check::SwiGlu { t: 1, f: 1536 }, Check::SwiGlu { t: 45, f: 97 }],
+    browser: [Check::SwiGlu { t: 3, f: 37 }]);
+
+gpu_test!(embed,
+    native: [Check::Embed { t: 1, vocab: 1000, dim: 576 }, Check::Embed { t: 33, vocab: 4099, dim: 96 }],
+    browser: [Check::Embed { t: 4, vocab: 50, dim: 64 }]);
+
+gpu_test!(add,
+    native: [Check::Add { n: 1 }, Check::Add { n: 576 * 67 + 3 }],
+    browser: [Check::Add { n: 1001 }]);
+
+gpu_test!(argmax,
+    native: [Check::Argmax { rows: 1, n: 49152 }, Check::Argmax { rows: 5, n: 1001 }],
+    browser: [Check::Argmax { rows: 3, n: 1000 }]);
+
+// Attention across page boundaries with shuffled pages, GQA ratios 1 and 3, decode (T = 1) and
+// prefill that starts after cached tokens.
+gpu_test!(attention,
+    native: [
+        Check::Attention { past: 0, t: 1, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 3 },
+        Check::Attention { past: 40, t: 1, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 5 },
+        Check::Attention { past: 0, t: 37, n_head: 4, n_kv: 4, head_dim: 32, page: 16, pool: 4 },
+        Check::Attention { past: 21, t: 19, n_head: 9, n_kv: 3, head_dim: 64, page: 8, pool: 9 },
+        Check::Attention { past: 130, t: 3, n_head: 6, n_kv: 2, head_dim: 128, page: 16, pool: 12 },
+    ],
+    browser: [
+        Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
+        Check::Attention { past: 0, t: 3, n_head: 2, n_kv: 2, head_dim: 8, page: 2, pool: 3 },
+    ]);
