@@ -1,70 +1,135 @@
 // y[T, N] = x[T, K] · W[N, K]ᵀ — prefill matmul and decode matrix-vector, weights dequantized here.
 //
-// W is stored row-major by output row, in the GPU layout of `FORMAT` (src/quant.rs):
-//   0 F32  : K words a row, bit patterns of f32
-//   1 F16  : K/2 words a row, two halves each (read with unpack2x16float: no shader-f16 needed)
+// Each row of W is W_ROW words in the GPU layout of `FORMAT` (src/quant.rs):
+//   0 F32  : K words, bit patterns of f32
+//   1 F16  : K/2 words, two halves each (read with unpack2x16float: no shader-f16 needed)
 //   2 Q8_0 : K/32 blocks of 9 words: d (f16, low half), then 32 × i8
 //   3 Q4_1 : K/32 blocks of 5 words: d | m << 16 (f16 each), then 16 bytes of nibbles:
 //            byte j = value j (low nibble) and value j+16 (high nibble); x = d·q + m
+// and rows are interleaved in groups of G = 32: word j of row r is at (r/G)·W_ROW·G + j·G + r%G,
+// so neighbouring invocations (neighbouring rows) load neighbouring words.
 // K is a multiple of 4 (of 32 for the block formats); T and N are arbitrary.
 // No workgroup memory and no barriers: lavapipe runs these fastest (see docs/BENCHMARKS.md).
 
 override FORMAT: u32 = 0u;
 override WG: u32 = 64u;
+const G: u32 = 32u;
 
 struct Params {
-    t: u32, // tokens (rows of x and y)
-    k: u32, // input features
-    n: u32, // output features
+    t: u32,     // tokens (rows of x and y)
+    k: u32,     // input features
+    n: u32,     // output features
+    w_row: u32, // words a weight row
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;    // [T, K/4]
-@group(0) @binding(2) var<storage, read> w: array<u32>;          // [N, K] in FORMAT's GPU layout
+@group(0) @binding(2) var<storage, read> w: array<u32>;          // [N padded to G, W_ROW] interleaved
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;    // [T, N]
 
-// Values 4·k4 .. 4·k4+3 of weight row `row`.
-fn w4(row: u32, k4: u32) -> vec4<f32> {
-    if FORMAT == 0u {
-        let b = row * p.k + k4 * 4u;
-        return vec4<f32>(bitcast<f32>(w[b]), bitcast<f32>(w[b + 1u]), bitcast<f32>(w[b + 2u]), bitcast<f32>(w[b + 3u]));
-    } else if FORMAT == 1u {
-        let b = (row * p.k) / 2u + k4 * 2u;
-        return vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + 1u]));
-    } else if FORMAT == 2u {
-        let b = (row * (p.k / 32u) + k4 / 8u) * 9u;
-        let d = unpack2x16float(w[b]).x;
-        let q = w[b + 1u + (k4 & 7u)];
-        let v = vec4<i32>(
-            bitcast<i32>(q << 24u) >> 24u,
-            bitcast<i32>(q << 16u) >> 24u,
-            bitcast<i32>(q << 8u) >> 24u,
-            bitcast<i32>(q) >> 24u);
-        return d * vec4<f32>(v);
-    }
-    let b = (row * (p.k / 32u) + k4 / 8u) * 5u;
-    let dm = unpack2x16float(w[b]);
-    let i = k4 & 7u;
-    let q = w[b + 1u + (i & 3u)] >> ((i >> 2u) * 4u);
-    let v = vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) & vec4<u32>(15u);
-    return dm.x * vec4<f32>(v) + dm.y;
+// Index of word 0 of row `row`; word j is at row_base(row) + j·G.
+fn row_base(row: u32) -> u32 {
+    return (row / G) * p.w_row * G + row % G;
 }
 
-// One output y[t, n] per invocation: the decode path (T small).
+fn nib(q: u32, shift: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift)) & vec4<u32>(15u));
+}
+
+fn i8x4(q: u32) -> vec4<f32> {
+    return vec4<f32>(vec4<i32>(
+        bitcast<i32>(q << 24u) >> 24u,
+        bitcast<i32>(q << 16u) >> 24u,
+        bitcast<i32>(q << 8u) >> 24u,
+        bitcast<i32>(q) >> 24u));
+}
+
+// Values 4·k4 .. 4·k4+3 of the row starting at `rb`.
+fn w4(rb: u32, k4: u32) -> vec4<f32> {
+    if FORMAT == 0u {
+        let b = rb + k4 * 4u * G;
+        return vec4<f32>(bitcast<f32>(w[b]), bitcast<f32>(w[b + G]), bitcast<f32>(w[b + 2u * G]), bitcast<f32>(w[b + 3u * G]));
+    } else if FORMAT == 1u {
+        let b = rb + k4 * 2u * G;
+        return vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + G]));
+    } else if FORMAT == 2u {
+        let b = rb + (k4 / 8u) * 9u * G;
+        return unpack2x16float(w[b]).x * i8x4(w[b + (1u + (k4 & 7u)) * G]);
+    }
+    let b = rb + (k4 / 8u) * 5u * G;
+    let dm = unpack2x16float(w[b]);
+    let i = k4 & 7u;
+    return dm.x * nib(w[b + (1u + (i & 3u)) * G], (i >> 2u) * 4u) + dm.y;
+}
+
+// Dot product of one chunk of the row at `rb` with the chunk's x values `xv`: a chunk is a
+// whole block (32 values) for Q8_0 and Q4_1, so each block header is read once; 4 values otherwise.
+fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> vec4<f32> {
+    if FORMAT == 2u {
+        let b = rb + c * 9u * G;
+        let d = unpack2x16float(w[b]).x;
+        var s = vec4<f32>(0.0);
+        for (var i = 0u; i < 8u; i++) {
+            s += (*xv)[i] * i8x4(w[b + (1u + i) * G]);
+        }
+        return d * s;
+    } else if FORMAT == 3u {
+        let b = rb + c * 5u * G;
+        let dm = unpack2x16float(w[b]);
+        var s = vec4<f32>(0.0);
+        for (var i = 0u; i < 4u; i++) {
+            let q = w[b + (1u + i) * G];
+            s += (*xv)[i] * nib(q, 0u) + (*xv)[i + 4u] * nib(q, 4u);
+        }
+        // Σ x·(d·q + m) = d·Σ x·q + m·Σ x
+        return dm.x * s + dm.y * xsum(xv);
+    }
+    return (*xv)[0] * w4(rb, c);
+}
+
+fn xsum(xv: ptr<function, array<vec4<f32>, 8>>) -> vec4<f32> {
+    return (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3] + (*xv)[4] + (*xv)[5] + (*xv)[6] + (*xv)[7];
+}
+
+// Decode path (T small): each invocation computes y[t, ·] for 4 rows, g·128 + l + 32·j
+// (g = invocation / 32, l = invocation % 32, j < 4), so each x chunk is loaded once for 4 rows
+// and the 32 invocations of a group still read neighbouring words.
 @compute @workgroup_size(WG)
-fn matvec(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let n = gid.x;
-    let t = gid.y;
-    if n >= p.n || t >= p.t {
+fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let t = wid.y; // uniform across the workgroup: x loads are broadcasts
+    let n0 = (gid.x / G) * 4u * G + gid.x % G;
+    if n0 >= p.n || t >= p.t {
         return;
     }
-    let k4n = p.k / 4u;
-    let xb = t * k4n;
-    var acc = vec4<f32>(0.0);
-    for (var i = 0u; i < k4n; i++) {
-        acc += x[xb + i] * w4(n, i);
+    let block = FORMAT >= 2u;
+    let chunks = select(p.k / 4u, p.k / 32u, block);
+    let per = select(1u, 8u, block);
+    var rb: array<u32, 4>;
+    for (var j = 0u; j < 4u; j++) {
+        rb[j] = row_base(min(n0 + j * G, p.n - 1u));
     }
-    y[t * p.n + n] = acc.x + acc.y + acc.z + acc.w;
+    let xb = t * (p.k / 4u);
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    var xv: array<vec4<f32>, 8>;
+    for (var c = 0u; c < chunks; c++) {
+        for (var i = 0u; i < per; i++) {
+            xv[i] = x[xb + c * per + i];
+        }
+        a0 += dot_chunk(rb[0], c, &xv);
+        a1 += dot_chunk(rb[1], c, &xv);
+        a2 += dot_chunk(rb[2], c, &xv);
+        a3 += dot_chunk(rb[3], c, &xv);
+    }
+    let acc = array<vec4<f32>, 4>(a0, a1, a2, a3);
+    for (var j = 0u; j < 4u; j++) {
+        let n = n0 + j * G;
+        if n < p.n {
+            y[t * p.n + n] = dot(acc[j], vec4<f32>(1.0));
+        }
+    }
 }
 
 // A 4 × 4 tile of y (4 tokens × 4 output rows) per invocation: each weight value is dequantized
@@ -78,7 +143,8 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let k4n = p.k / 4u;
     // Rows and tokens past the end repeat the last one; their results are not stored.
-    let r = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
+    let rn = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
+    let r = vec4<u32>(row_base(rn.x), row_base(rn.y), row_base(rn.z), row_base(rn.w));
     let tt = min(vec4<u32>(t0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.t - 1u)) * k4n;
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);

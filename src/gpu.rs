@@ -162,9 +162,11 @@ impl Gpu {
 
     /// One line naming the adapter, its backend and optional features, for logs and benchmarks.
     pub fn describe(&self) -> String {
+        // Browsers hide the adapter's name; say what it is instead of printing nothing.
+        let name = if self.info.name.is_empty() { "WebGPU adapter" } else { self.info.name.as_str() };
         format!(
             "{} ({:?}, driver {} {}; f16={} subgroups={} timestamps={}; max binding {} MiB)",
-            self.info.name,
+            name,
             self.info.backend,
             self.info.driver,
             self.info.driver_info,

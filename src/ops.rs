@@ -108,9 +108,9 @@ pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: 
     need("matmul", "x", x, t * w.k)?;
     need("matmul", "y", y, t * w.n)?;
     let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64)];
-    let params = [u(t), u(w.k), u(w.n)];
+    let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k))];
     if t < TILE_FROM {
-        let groups = [u(w.n).div_ceil(MM_WG), u(t), 1];
+        let groups = [u(w.n.div_ceil(4 * quant::ROW_GROUP) * quant::ROW_GROUP).div_ceil(MM_WG), u(t), 1];
         b.dispatch(&MATVEC, &consts, &params, &[x, &w.buf, y], groups)
     } else {
         let groups = [u(w.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
@@ -164,7 +164,7 @@ pub fn embed(b: &mut Batch, tokens: &wgpu::Buffer, table: &Weight, y: &wgpu::Buf
     }
     need("embed", "tokens", tokens, t)?;
     need("embed", "y", y, t * table.k)?;
-    let params = [u(t), u(table.k), u(table.n)];
+    let params = [u(t), u(table.k), u(table.n), u(table.format.gpu_row_words(table.k))];
     b.dispatch(&EMBED, &[], &params, &[tokens, &table.buf, y], groups_1d(b.gpu(), t * table.k))
 }
 

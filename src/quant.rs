@@ -6,9 +6,12 @@
 //! - Q4_1: 20 bytes a block: f16 `d`, f16 `m`, then 16 bytes; byte j holds value j in its low
 //!   nibble and value j+16 in its high nibble; `x = d·q + m`.
 //!
-//! GPU layout (what shaders read as `array<u32>`): F32, F16 and Q4_1 are uploaded unchanged
-//! (20-byte Q4_1 blocks are already 4-byte aligned). Q8_0 blocks are repacked to 36 bytes:
-//! one u32 holding `d` in its low half, then the 32 bytes of `q`.
+//! GPU layout (what shaders read as `array<u32>`): each row is a sequence of u32 words, the GGUF
+//! bytes unchanged for F32, F16 and Q4_1 (20-byte Q4_1 blocks are already 4-byte aligned), Q8_0
+//! blocks repacked to 36 bytes (one u32 holding `d` in its low half, then the 32 bytes of `q`).
+//! Rows are then interleaved in groups of `ROW_GROUP`: word j of row r sits at
+//! `(r / G)·W·G + j·G + r % G` (W words a row). Neighbouring invocations work on neighbouring
+//! rows, so their loads are contiguous: coalesced on GPUs, one vector load on lavapipe.
 
 use half::f16;
 
@@ -96,11 +99,19 @@ impl Format {
         Ok(k / self.block() * self.gguf_block_bytes())
     }
 
-    /// Bytes of an `[n, k]` matrix on the GPU.
+    /// u32 words of one row of `k` values on the GPU.
+    pub fn gpu_row_words(self, k: usize) -> usize {
+        (k / self.block()) * self.gpu_block_bytes() / 4
+    }
+
+    /// Bytes of an `[n, k]` matrix on the GPU (rows padded to a whole row group).
     pub fn gpu_bytes(self, n: usize, k: usize) -> usize {
-        n * (k / self.block()) * self.gpu_block_bytes()
+        n.next_multiple_of(ROW_GROUP) * self.gpu_row_words(k) * 4
     }
 }
+
+/// Rows interleaved together in the GPU layout (see the module docs).
+pub const ROW_GROUP: usize = 32;
 
 /// Converts GGUF bytes of an `[n, k]` matrix into the GPU layout (see the module docs).
 pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result<Vec<u32>> {
@@ -110,23 +121,31 @@ pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result
     if bytes.len() != expect {
         return Err(Error::Weights(format!("{} [{n}, {k}] needs {expect} bytes, got {}", format.name(), bytes.len())));
     }
-    match format {
+    if k % 4 != 0 || k == 0 {
+        return Err(Error::Weights(format!("{} rows of {k} values: the GPU layout needs a multiple of 4", format.name())));
+    }
+    // Row-major words first (Q8_0 blocks padded to 9 words) ...
+    let words: Vec<u32> = match format {
         Format::Q8_0 => {
             let mut out = Vec::with_capacity(n * k / QK * 9);
             for blk in bytes.chunks_exact(34) {
                 out.push(u16::from_le_bytes([blk[0], blk[1]]) as u32);
-                for q in blk[2..].chunks_exact(4) {
-                    out.push(u32::from_le_bytes([q[0], q[1], q[2], q[3]]));
-                }
+                out.extend(blk[2..].chunks_exact(4).map(|q| u32::from_le_bytes([q[0], q[1], q[2], q[3]])));
             }
-            Ok(out)
+            out
         }
-        _ => {
-            let mut padded = bytes.to_vec();
-            padded.resize(bytes.len().next_multiple_of(4), 0);
-            Ok(bytemuck::pod_collect_to_vec(&padded))
+        _ => bytemuck::pod_collect_to_vec(bytes),
+    };
+    // ... then word j of row r goes to (r / G)·W·G + j·G + r % G, rows padded with zeros.
+    let w = format.gpu_row_words(k);
+    let mut out = vec![0u32; n.next_multiple_of(ROW_GROUP) * w];
+    for (r, row) in words.chunks_exact(w).enumerate() {
+        let base = (r / ROW_GROUP) * w * ROW_GROUP + r % ROW_GROUP;
+        for (j, v) in row.iter().enumerate() {
+            out[base + j * ROW_GROUP] = *v;
         }
     }
+    Ok(out)
 }
 
 /// Dequantizes GGUF bytes of one or more whole rows to f32 (the CPU oracle for every format).
@@ -221,9 +240,10 @@ mod tests {
         let x: Vec<f32> = (0..32).map(|i| i as f32 - 16.0).collect();
         let q = quantize(Format::Q8_0, &x).unwrap();
         let g = to_gpu_layout(Format::Q8_0, &q, 1, 32).unwrap();
-        assert_eq!(g.len(), 9);
+        assert_eq!(g.len(), 9 * ROW_GROUP);
         assert_eq!(g[0], u16::from_le_bytes([q[0], q[1]]) as u32);
-        assert_eq!(g[1].to_le_bytes(), [q[2], q[3], q[4], q[5]]);
+        assert_eq!(g[ROW_GROUP].to_le_bytes(), [q[2], q[3], q[4], q[5]]);
+        assert!(g.iter().enumerate().all(|(i, v)| i % ROW_GROUP == 0 || *v == 0), "padding rows are zero");
     }
 
     #[test]

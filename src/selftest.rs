@@ -329,3 +329,19 @@ impl Rng {
         (self.next() % n as u64) as usize
     }
 }
+
+/// Times `y = x · Wᵀ` on random weights of `format` (no oracle: for benchmarks): the median of
+/// 5 rounds of `reps` back-to-back runs. Returns milliseconds per run and the weight's GPU bytes.
+pub async fn time_matmul(gpu: &Gpu, format: Format, t: usize, k: usize, n: usize, reps: usize) -> Result<(f64, u64)> {
+    let mut rng = Rng(42);
+    let wq = quant::quantize(format, &rng.vec(n * k, 0.5))?;
+    let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
+    let xb = gpu.upload("x", &rng.vec(t * k, 1.0)).await?;
+    let yb = gpu.storage("y", 4 * (t * n) as u64).await?;
+    let mut rounds = Vec::new();
+    for _ in 0..5 {
+        rounds.push(execute(gpu, reps.max(1), |b| ops::matmul(b, &xb, &w, &yb, t)).await?.unwrap_or(0.0));
+    }
+    rounds.sort_by(f64::total_cmp);
+    Ok((rounds[2], w.buf.size()))
+}
