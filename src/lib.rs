@@ -22,3 +22,5 @@ pub mod selftest;
 pub mod web;
 
 pub use error::{Error, Result};
+/// The wgpu version hotprefix is built on, for callers that inject or inspect GPU objects.
+pub use wgpu;

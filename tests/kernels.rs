@@ -25,6 +25,24 @@ async fn check_all(checks: &[Check]) {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn adapter_is_found_and_reports_itself() {
+    let gpu = pollster::block_on(gpu());
+    println!("adapter: {}", gpu.describe());
+    assert!(gpu.limits.max_storage_buffer_binding_size >= 128 << 20, "asked for the adapter's own limits");
+    gpu.check_alive().expect("fresh device is alive");
+}
+
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen_test::wasm_bindgen_test]
+async fn adapter_is_found_and_reports_itself() {
+    let gpu = gpu().await;
+    wasm_bindgen_test::console_log!("adapter: {}", gpu.describe());
+    assert!(gpu.limits.max_storage_buffer_binding_size >= 128 << 20, "asked for the adapter's own limits");
+    gpu.check_alive().expect("fresh device is alive");
+}
+
 /// Defines one test that runs natively (blocking) and in the browser (async).
 macro_rules! gpu_test {
     ($name:ident, native: $native:expr, browser: $browser:expr) => {

@@ -1,0 +1,81 @@
+//! Bad input and GPU failures come back as typed errors, never panics.
+#![cfg(not(target_arch = "wasm32"))]
+
+use hotprefix::gpu::Gpu;
+use hotprefix::ops::{self, Weight};
+use hotprefix::quant::{self, Format};
+use hotprefix::Error;
+
+fn gpu() -> Gpu {
+    pollster::block_on(Gpu::new()).unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"))
+}
+
+#[test]
+fn shape_mismatch_is_a_shape_error() {
+    let gpu = gpu();
+    pollster::block_on(async {
+        let w = quant::quantize(Format::Q4_1, &vec![0.5; 64 * 32]).unwrap();
+        let w = Weight::upload(&gpu, "w", Format::Q4_1, &w, 64, 32).await.unwrap();
+        let x = gpu.storage("x", 4 * 32).await.unwrap();
+        let y = gpu.storage("y", 4 * 64).await.unwrap();
+        let mut b = gpu.batch().unwrap();
+        match ops::matmul(&mut b, &x, &w, &y, 2) {
+            Err(Error::Shape { op: "matmul", detail }) => assert!(detail.contains("x holds 128 bytes, needs 256"), "{detail}"),
+            other => panic!("expected a shape error, got {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn weights_of_the_wrong_size_are_rejected() {
+    let gpu = gpu();
+    let err = pollster::block_on(Weight::upload(&gpu, "w", Format::Q8_0, &[0u8; 33], 1, 32)).err();
+    assert!(matches!(err, Some(Error::Weights(ref m)) if m.contains("needs 34 bytes, got 33")), "{err:?}");
+}
+
+#[test]
+fn a_buffer_beyond_the_adapter_limit_is_too_large() {
+    let gpu = gpu();
+    let too_big = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size) + 4;
+    let err = pollster::block_on(gpu.storage("huge", too_big)).err();
+    assert!(matches!(err, Some(Error::TooLarge { bytes, .. }) if bytes == too_big), "{err:?}");
+}
+
+#[test]
+fn one_batch_records_at_a_time() {
+    let gpu = gpu();
+    let first = gpu.batch().unwrap();
+    assert!(matches!(gpu.batch().err(), Some(Error::Validation(_))));
+    drop(first);
+    assert!(gpu.batch().is_ok(), "dropping a batch releases the recorder");
+}
+
+#[test]
+fn gpu_validation_errors_are_typed() {
+    let gpu = gpu();
+    // A buffer without STORAGE usage cannot be bound to a storage binding: the GPU API rejects
+    // the bind group, and submit() reports it instead of panicking.
+    let not_storage = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("copy only"),
+        size: 64,
+        usage: wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let ok = pollster::block_on(gpu.storage("b", 64)).unwrap();
+    let mut b = gpu.batch().unwrap();
+    ops::add(&mut b, &not_storage, &ok, 16).unwrap();
+    let err = pollster::block_on(b.submit()).err();
+    assert!(matches!(err, Some(Error::Validation(_))), "{err:?}");
+    // The context stays usable after a rejected batch.
+    assert!(gpu.batch().is_ok());
+}
+
+#[test]
+fn device_loss_is_reported_as_its_own_error() {
+    let gpu = gpu();
+    gpu.device.destroy();
+    let _ = gpu.device.poll(wgpu::PollType::wait_indefinitely());
+    assert!(matches!(gpu.check_alive(), Err(Error::DeviceLost(_))), "{:?}", gpu.check_alive());
+    assert!(matches!(gpu.batch().err(), Some(Error::DeviceLost(_))));
+    assert_eq!(Error::DeviceLost(String::new()).name(), "DeviceLostError");
+}
