@@ -32,8 +32,11 @@ fn row_base(row: u32) -> u32 {
     return (row / G) * p.w_row * G + row % G;
 }
 
+// Nibbles at bits shift, shift+8, shift+16, shift+24 of q. Converted from i32: CPUs (lavapipe)
+// have a signed int→float vector instruction but emulate the unsigned one.
 fn nib(q: u32, shift: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift)) & vec4<u32>(15u));
+    let v = (vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift)) & vec4<u32>(15u);
+    return vec4<f32>(bitcast<vec4<i32>>(v));
 }
 
 fn i8x4(q: u32) -> vec4<f32> {
@@ -64,7 +67,7 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
 
 // Dot product of one chunk of the row at `rb` with the chunk's x values `xv`: a chunk is a
 // whole block (32 values) for Q8_0 and Q4_1, so each block header is read once; 4 values otherwise.
-fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> vec4<f32> {
+fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>) -> vec4<f32> {
     if FORMAT == 2u {
         let b = rb + c * 9u * G;
         let d = unpack2x16float(w[b]).x;
@@ -81,50 +84,46 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> vec4<f3
             let q = w[b + (1u + i) * G];
             s += (*xv)[i] * nib(q, 0u) + (*xv)[i + 4u] * nib(q, 4u);
         }
-        // Σ x·(d·q + m) = d·Σ x·q + m·Σ x
-        return dm.x * s + dm.y * xsum(xv);
+        // Σ x·(d·q + m) = d·Σ x·q + m·Σ x, Σ x (`xsum`) being the same for every row
+        return dm.x * s + dm.y * xsum;
     }
     return (*xv)[0] * w4(rb, c);
 }
 
-fn xsum(xv: ptr<function, array<vec4<f32>, 8>>) -> vec4<f32> {
-    return (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3] + (*xv)[4] + (*xv)[5] + (*xv)[6] + (*xv)[7];
-}
+// Decode path (T small): each invocation computes y[t, ·] for R rows, g·R·G + l + G·j
+// (g = invocation / G, l = invocation % G, j < R), so each x chunk is loaded once for R rows
+// and the G invocations of a group still read neighbouring words.
+override R: u32 = 8u;
 
-// Decode path (T small): each invocation computes y[t, ·] for 4 rows, g·128 + l + 32·j
-// (g = invocation / 32, l = invocation % 32, j < 4), so each x chunk is loaded once for 4 rows
-// and the 32 invocations of a group still read neighbouring words.
 @compute @workgroup_size(WG)
 fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let t = wid.y; // uniform across the workgroup: x loads are broadcasts
-    let n0 = (gid.x / G) * 4u * G + gid.x % G;
+    let t = wid.y;
+    let n0 = (gid.x / G) * R * G + gid.x % G;
     if n0 >= p.n || t >= p.t {
         return;
     }
     let block = FORMAT >= 2u;
     let chunks = select(p.k / 4u, p.k / 32u, block);
     let per = select(1u, 8u, block);
-    var rb: array<u32, 4>;
-    for (var j = 0u; j < 4u; j++) {
+    var rb: array<u32, 8>;
+    var acc: array<vec4<f32>, 8>;
+    for (var j = 0u; j < R; j++) {
         rb[j] = row_base(min(n0 + j * G, p.n - 1u));
+        acc[j] = vec4<f32>(0.0);
     }
     let xb = t * (p.k / 4u);
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
     var xv: array<vec4<f32>, 8>;
     for (var c = 0u; c < chunks; c++) {
+        var xsum = vec4<f32>(0.0);
         for (var i = 0u; i < per; i++) {
             xv[i] = x[xb + c * per + i];
+            xsum += xv[i];
         }
-        a0 += dot_chunk(rb[0], c, &xv);
-        a1 += dot_chunk(rb[1], c, &xv);
-        a2 += dot_chunk(rb[2], c, &xv);
-        a3 += dot_chunk(rb[3], c, &xv);
+        for (var j = 0u; j < R; j++) {
+            acc[j] += dot_chunk(rb[j], c, &xv, xsum);
+        }
     }
-    let acc = array<vec4<f32>, 4>(a0, a1, a2, a3);
-    for (var j = 0u; j < 4u; j++) {
+    for (var j = 0u; j < R; j++) {
         let n = n0 + j * G;
         if n < p.n {
             y[t * p.n + n] = dot(acc[j], vec4<f32>(1.0));

@@ -27,6 +27,10 @@ static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, Read,
 
 /// Workgroup size of the matmul kernels along N.
 const MM_WG: u32 = 64;
+/// Most output rows per invocation of `matvec` (each x chunk is loaded once for all of them).
+const MV_ROWS: usize = 8;
+/// Fewest workgroups a `matvec` dispatch should have (fewer rows per invocation otherwise).
+const MV_MIN_GROUPS: usize = 8;
 /// Token count from which prefill uses the 4×4-tiled matmul instead of one dot per output.
 const TILE_FROM: usize = 4;
 
@@ -110,7 +114,11 @@ pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: 
     let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64)];
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k))];
     if t < TILE_FROM {
-        let groups = [u(w.n.div_ceil(4 * quant::ROW_GROUP) * quant::ROW_GROUP).div_ceil(MM_WG), u(t), 1];
+        // As many rows per invocation as leave enough workgroups to keep every core busy.
+        let invocations = |r: usize| w.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
+        let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= MV_MIN_GROUPS).unwrap_or(1);
+        let groups = [u(invocations(r)).div_ceil(MM_WG), u(t), 1];
+        let consts = [consts[0], consts[1], ("R", r as f64)];
         b.dispatch(&MATVEC, &consts, &params, &[x, &w.buf, y], groups)
     } else {
         let groups = [u(w.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
