@@ -34,9 +34,27 @@ pub enum Error {
     /// Weight bytes that do not match their declared format and shape.
     #[error("invalid weight data: {0}")]
     Weights(String),
+    /// A GGUF file that is malformed or not what its header claims.
+    #[error("bad GGUF file: {0}")]
+    Gguf(String),
+    /// A model whose metadata or tensors do not describe a model hotprefix can run.
+    #[error("unsupported model: {0}")]
+    Model(String),
+    /// The sequence would grow past the KV cache's capacity (or its own page table).
+    #[error("context full: {needed} tokens needed, room for {capacity}")]
+    ContextFull { needed: usize, capacity: usize },
+    /// An argument outside its valid range (a token id past the vocabulary, a NaN temperature…).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// A kernel self-check found the GPU result differs from the CPU oracle.
     #[error("kernel check failed: {0}")]
     Mismatch(String),
+    /// A tokenizer that cannot be built from the model's metadata, or text/ids it cannot handle.
+    #[error("tokenizer error: {0}")]
+    Tokenizer(String),
+    /// A chat template that does not parse or render, or messages it cannot render.
+    #[error("chat template error: {0}")]
+    Template(String),
 }
 
 impl Error {
@@ -54,6 +72,12 @@ impl Error {
             Error::TooLarge { .. } => "TooLargeError",
             Error::Weights(_) => "WeightsError",
             Error::Mismatch(_) => "MismatchError",
+            Error::Gguf(_) => "GgufError",
+            Error::ContextFull { .. } => "ContextFullError",
+            Error::InvalidArgument(_) => "InvalidArgumentError",
+            Error::Model(_) => "ModelError",
+            Error::Tokenizer(_) => "TokenizerError",
+            Error::Template(_) => "TemplateError",
         }
     }
 

@@ -12,12 +12,17 @@
 //!
 //! It does not (yet) load models, tokenize or generate: see the issues.
 
+pub mod chat;
 pub mod error;
+pub mod gguf;
 pub mod gpu;
+pub mod kv;
+pub mod model;
 pub mod ops;
 pub mod oracle;
 pub mod quant;
 pub mod selftest;
+pub mod tokenizer;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
 

@@ -1,0 +1,404 @@
+//! A GGUF (v2, v3) reader that validates everything before trusting it.
+//!
+//! Written here rather than taken from a crate so that every defect becomes an `Error::Gguf`
+//! naming what is wrong, and so that no count read from the file sizes an allocation before it is
+//! checked against the bytes that are actually there (the reader is fuzzed: docs/FUZZING.md).
+
+use std::collections::BTreeMap;
+
+use crate::error::{Error, Result};
+
+const MAGIC: &[u8; 4] = b"GGUF";
+const DEFAULT_ALIGNMENT: u64 = 32;
+const MAX_DIMS: u32 = 4;
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    Str(String),
+    Array(Vec<Value>),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+impl Value {
+    /// The value as an unsigned integer, if it is a non-negative integer of any width.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U8(v) => Some(v as u64),
+            Value::U16(v) => Some(v as u64),
+            Value::U32(v) => Some(v as u64),
+            Value::U64(v) => Some(v),
+            Value::I8(v) => u64::try_from(v).ok(),
+            Value::I16(v) => u64::try_from(v).ok(),
+            Value::I32(v) => u64::try_from(v).ok(),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F32(v) => Some(v as f64),
+            Value::F64(v) => Some(v),
+            _ => self.as_u64().map(|v| v as f64),
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// One tensor's header. `offset` is absolute in the file; `bytes` follows from type and shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// GGUF order: `dims[0]` is the fastest-varying (row length).
+    pub dims: Vec<u64>,
+    pub ggml_type: u32,
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+/// A parsed GGUF header: metadata and tensor table, checked against the file's length.
+#[derive(Clone, Debug)]
+pub struct Gguf {
+    pub version: u32,
+    pub metadata: BTreeMap<String, Value>,
+    pub tensors: Vec<TensorInfo>,
+    pub file_len: u64,
+}
+
+/// (values per block, bytes per block) of the ggml types this reader knows.
+fn type_layout(t: u32) -> Option<(u64, u64)> {
+    Some(match t {
+        0 => (1, 4),     // F32
+        1 => (1, 2),     // F16
+        2 => (32, 18),   // Q4_0
+        3 => (32, 20),   // Q4_1
+        6 => (32, 22),   // Q5_0
+        7 => (32, 24),   // Q5_1
+        8 => (32, 34),   // Q8_0
+        10 => (256, 84), // Q2_K
+        11 => (256, 110), // Q3_K
+        12 => (256, 144), // Q4_K
+        13 => (256, 176), // Q5_K
+        14 => (256, 210), // Q6_K
+        15 => (256, 292), // Q8_K
+        24 => (1, 1),    // I8
+        25 => (1, 2),    // I16
+        26 => (1, 4),    // I32
+        27 => (1, 8),    // I64
+        28 => (1, 8),    // F64
+        30 => (1, 2),    // BF16
+        _ => return None,
+    })
+}
+
+fn err(msg: impl Into<String>) -> Error {
+    Error::Gguf(msg.into())
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize, what: &dyn Fn() -> String) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(err(format!("{}: needs {n} bytes at offset {}, file has {}", what(), self.pos, self.buf.len())));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self, what: &dyn Fn() -> String) -> Result<[u8; N]> {
+        let s = self.take(N, what)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    fn u32(&mut self, what: &dyn Fn() -> String) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &dyn Fn() -> String) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    fn string(&mut self, what: &dyn Fn() -> String) -> Result<String> {
+        let len = self.u64(what)?;
+        let len = usize::try_from(len).ok().filter(|&l| l <= self.remaining()).ok_or_else(|| {
+            err(format!("{}: string of {len} bytes at offset {}, only {} left in the file", what(), self.pos, self.remaining()))
+        })?;
+        let bytes = self.take(len, what)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| err(format!("{}: string is not UTF-8", what())))
+    }
+
+    fn value(&mut self, ty: u32, depth: u32, what: &dyn Fn() -> String) -> Result<Value> {
+        Ok(match ty {
+            0 => Value::U8(self.array::<1>(what)?[0]),
+            1 => Value::I8(self.array::<1>(what)?[0] as i8),
+            2 => Value::U16(u16::from_le_bytes(self.array(what)?)),
+            3 => Value::I16(i16::from_le_bytes(self.array(what)?)),
+            4 => Value::U32(self.u32(what)?),
+            5 => Value::I32(i32::from_le_bytes(self.array(what)?)),
+            6 => Value::F32(f32::from_le_bytes(self.array(what)?)),
+            7 => match self.array::<1>(what)?[0] {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                b => return Err(err(format!("{}: bool byte {b}", what()))),
+            },
+            8 => Value::Str(self.string(what)?),
+            9 => {
+                if depth > 0 {
+                    return Err(err(format!("{}: nested arrays are not supported", what())));
+                }
+                let elem = self.u32(what)?;
+                let count = self.u64(what)?;
+                // Every element takes at least one byte (strings: 8), so the count is bounded by
+                // what is left: checked before anything is allocated for it.
+                let min = match elem {
+                    0 | 1 | 7 => 1,
+                    2 | 3 => 2,
+                    4..=6 => 4,
+                    8 | 10..=12 => 8,
+                    9 => return Err(err(format!("{}: nested arrays are not supported", what()))),
+                    t => return Err(err(format!("{}: unknown array element type {t}", what()))),
+                };
+                if count.checked_mul(min).is_none_or(|b| b > self.remaining() as u64) {
+                    return Err(err(format!("{}: array of {count} elements does not fit in the {} bytes left", what(), self.remaining())));
+                }
+                let mut v = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    v.push(self.value(elem, depth + 1, what)?);
+                }
+                Value::Array(v)
+            }
+            10 => Value::U64(self.u64(what)?),
+            11 => Value::I64(i64::from_le_bytes(self.array(what)?)),
+            12 => Value::F64(f64::from_le_bytes(self.array(what)?)),
+            t => return Err(err(format!("{}: unknown value type {t}", what()))),
+        })
+    }
+}
+
+impl Gguf {
+    /// Parses and validates the header of a whole GGUF file held in memory.
+    pub fn parse(buf: &[u8]) -> Result<Gguf> {
+        let mut r = Reader { buf, pos: 0 };
+        let magic = r.array::<4>(&|| "magic".into())?;
+        if &magic != MAGIC {
+            return Err(err(format!("not a GGUF file (magic {magic:02x?})")));
+        }
+        let version = r.u32(&|| "version".into())?;
+        if version != 2 && version != 3 {
+            return Err(err(format!("GGUF version {version} is not supported (2 and 3 are)")));
+        }
+        let n_tensors = r.u64(&|| "tensor count".into())?;
+        let n_kv = r.u64(&|| "metadata count".into())?;
+        // A key-value pair takes at least 12 bytes, a tensor header at least 28.
+        if n_kv.checked_mul(12).is_none_or(|b| b > r.remaining() as u64) {
+            return Err(err(format!("{n_kv} metadata entries cannot fit in a {}-byte file", buf.len())));
+        }
+        if n_tensors.checked_mul(28).is_none_or(|b| b > r.remaining() as u64) {
+            return Err(err(format!("{n_tensors} tensors cannot fit in a {}-byte file", buf.len())));
+        }
+        let mut metadata = BTreeMap::new();
+        for i in 0..n_kv {
+            let key = r.string(&|| format!("metadata key {i}"))?;
+            let what = || format!("metadata {key}");
+            let ty = r.u32(&what)?;
+            let value = r.value(ty, 0, &what)?;
+            if metadata.insert(key.clone(), value).is_some() {
+                return Err(err(format!("metadata key {key} appears twice")));
+            }
+        }
+        let alignment = match metadata.get("general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some(v) => v.as_u64().filter(|a| a.is_power_of_two() && *a <= 1 << 20).ok_or_else(|| {
+                err(format!("general.alignment {v:?} is not a power of two ≤ 1 MiB"))
+            })?,
+        };
+        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut names = std::collections::HashSet::new();
+        for i in 0..n_tensors {
+            let name = r.string(&|| format!("tensor {i} name"))?;
+            let what = || format!("tensor {name}");
+            let n_dims = r.u32(&what)?;
+            if n_dims == 0 || n_dims > MAX_DIMS {
+                return Err(err(format!("tensor {name}: {n_dims} dimensions (1 to {MAX_DIMS} supported)")));
+            }
+            let mut dims = Vec::with_capacity(n_dims as usize);
+            for _ in 0..n_dims {
+                dims.push(r.u64(&what)?);
+            }
+            let ggml_type = r.u32(&what)?;
+            let offset = r.u64(&what)?;
+            let (block, block_bytes) =
+                type_layout(ggml_type).ok_or_else(|| err(format!("tensor {name}: unknown ggml type {ggml_type}")))?;
+            if dims[0] % block != 0 {
+                return Err(err(format!("tensor {name}: row of {} values is not whole blocks of {block}", dims[0])));
+            }
+            let elems = dims.iter().try_fold(1u64, |a, d| a.checked_mul(*d));
+            let bytes = elems
+                .and_then(|e| (e / block).checked_mul(block_bytes))
+                .ok_or_else(|| err(format!("tensor {name}: dimensions {dims:?} overflow")))?;
+            if offset % alignment != 0 {
+                return Err(err(format!("tensor {name}: data offset {offset} is not aligned to {alignment}")));
+            }
+            if !names.insert(name.clone()) {
+                return Err(err(format!("tensor {name} appears twice")));
+            }
+            tensors.push(TensorInfo { name, dims, ggml_type, offset, bytes });
+        }
+        let data_start = (r.pos as u64).next_multiple_of(alignment);
+        for t in &mut tensors {
+            let start = data_start.checked_add(t.offset);
+            let end = start.and_then(|s| s.checked_add(t.bytes));
+            match (start, end) {
+                (Some(s), Some(e)) if e <= buf.len() as u64 => t.offset = s,
+                _ => {
+                    return Err(err(format!(
+                        "tensor {}: data ends at byte {}, file has {}",
+                        t.name,
+                        data_start as u128 + t.offset as u128 + t.bytes as u128,
+                        buf.len()
+                    )))
+                }
+            }
+        }
+        Ok(Gguf { version, metadata, tensors, file_len: buf.len() as u64 })
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    /// A required unsigned integer.
+    pub fn u64(&self, key: &str) -> Result<u64> {
+        self.get(key).and_then(Value::as_u64).ok_or_else(|| err(format!("metadata {key}: missing or not an unsigned integer")))
+    }
+
+    /// A required number.
+    pub fn f64(&self, key: &str) -> Result<f64> {
+        self.get(key).and_then(Value::as_f64).ok_or_else(|| err(format!("metadata {key}: missing or not a number")))
+    }
+
+    /// A required string.
+    pub fn str(&self, key: &str) -> Result<&str> {
+        self.get(key).and_then(Value::as_str).ok_or_else(|| err(format!("metadata {key}: missing or not a string")))
+    }
+
+    /// A required array.
+    pub fn array(&self, key: &str) -> Result<&[Value]> {
+        match self.get(key) {
+            Some(Value::Array(v)) => Ok(v),
+            _ => Err(err(format!("metadata {key}: missing or not an array"))),
+        }
+    }
+
+    pub fn tensor(&self, name: &str) -> Result<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name).ok_or_else(|| err(format!("tensor {name} is missing")))
+    }
+
+    /// The bytes of a tensor within the file they were parsed from.
+    pub fn data<'a>(&self, file: &'a [u8], t: &TensorInfo) -> Result<&'a [u8]> {
+        if file.len() as u64 != self.file_len {
+            return Err(err("tensor data asked of a different file than the one parsed"));
+        }
+        Ok(&file[t.offset as usize..(t.offset + t.bytes) as usize])
+    }
+}
+
+/// Writes a GGUF v3 file (for the tiny test model and fuzz seeds). Tensors are `(name, dims,
+/// ggml type, bytes)`; the bytes must match type and shape.
+pub fn write(metadata: &[(&str, Value)], tensors: &[(&str, &[u64], u32, &[u8])]) -> Vec<u8> {
+    fn put_str(out: &mut Vec<u8>, s: &str) {
+        out.extend((s.len() as u64).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+    fn type_of(v: &Value) -> u32 {
+        match v {
+            Value::U8(_) => 0,
+            Value::I8(_) => 1,
+            Value::U16(_) => 2,
+            Value::I16(_) => 3,
+            Value::U32(_) => 4,
+            Value::I32(_) => 5,
+            Value::F32(_) => 6,
+            Value::Bool(_) => 7,
+            Value::Str(_) => 8,
+            Value::Array(_) => 9,
+            Value::U64(_) => 10,
+            Value::I64(_) => 11,
+            Value::F64(_) => 12,
+        }
+    }
+    fn put_value(out: &mut Vec<u8>, v: &Value) {
+        match v {
+            Value::U8(x) => out.push(*x),
+            Value::I8(x) => out.push(*x as u8),
+            Value::U16(x) => out.extend(x.to_le_bytes()),
+            Value::I16(x) => out.extend(x.to_le_bytes()),
+            Value::U32(x) => out.extend(x.to_le_bytes()),
+            Value::I32(x) => out.extend(x.to_le_bytes()),
+            Value::F32(x) => out.extend(x.to_le_bytes()),
+            Value::Bool(x) => out.push(*x as u8),
+            Value::Str(s) => put_str(out, s),
+            Value::Array(a) => {
+                out.extend(a.first().map_or(4, type_of).to_le_bytes());
+                out.extend((a.len() as u64).to_le_bytes());
+                a.iter().for_each(|e| put_value(out, e));
+            }
+            Value::U64(x) => out.extend(x.to_le_bytes()),
+            Value::I64(x) => out.extend(x.to_le_bytes()),
+            Value::F64(x) => out.extend(x.to_le_bytes()),
+        }
+    }
+    let mut out = Vec::new();
+    out.extend(MAGIC);
+    out.extend(3u32.to_le_bytes());
+    out.extend((tensors.len() as u64).to_le_bytes());
+    out.extend((metadata.len() as u64).to_le_bytes());
+    for (k, v) in metadata {
+        put_str(&mut out, k);
+        out.extend(type_of(v).to_le_bytes());
+        put_value(&mut out, v);
+    }
+    let mut offset = 0u64;
+    for (name, dims, ty, bytes) in tensors {
+        put_str(&mut out, name);
+        out.extend((dims.len() as u32).to_le_bytes());
+        dims.iter().for_each(|d| out.extend(d.to_le_bytes()));
+        out.extend(ty.to_le_bytes());
+        out.extend(offset.to_le_bytes());
+        offset = (offset + bytes.len() as u64).next_multiple_of(DEFAULT_ALIGNMENT);
+    }
+    out.resize(out.len().next_multiple_of(DEFAULT_ALIGNMENT as usize), 0);
+    for (_, _, _, bytes) in tensors {
+        out.extend(*bytes);
+        out.resize(out.len().next_multiple_of(DEFAULT_ALIGNMENT as usize), 0);
+    }
+    out
+}

@@ -1,0 +1,361 @@
+//! A llama-family model on the GPU: config from GGUF metadata, quantized weights uploaded as they
+//! are, scratch buffers allocated once, and `forward()`, which reads like llama2.c's.
+
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::gpu::{Batch, Gpu};
+use crate::kv::{KvCache, Sequence};
+use crate::ops::{self, AttnShape, KvSource, RopeShape, Weight};
+use crate::oracle;
+use crate::quant::Format;
+
+/// Hyper-parameters of a llama-family model, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub n_layer: usize,
+    /// Model width (d_model).
+    pub dim: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    /// FFN hidden width.
+    pub ffn: usize,
+    pub vocab: usize,
+    /// Trained context length.
+    pub context: usize,
+    pub rope_base: f64,
+    pub eps: f32,
+}
+
+impl Config {
+    /// Reads and checks the `llama.*` metadata (and the vocabulary size from `token_embd`).
+    pub fn from_gguf(g: &Gguf) -> Result<Config> {
+        let arch = g.str("general.architecture")?;
+        if arch != "llama" {
+            return Err(Error::Model(format!("architecture {arch:?} (only llama is supported)")));
+        }
+        let u = |k: &str| -> Result<usize> { Ok(g.u64(&format!("llama.{k}"))? as usize) };
+        let (dim, n_head) = (u("embedding_length")?, u("attention.head_count")?);
+        let n_kv_head = match g.get("llama.attention.head_count_kv") {
+            Some(_) => u("attention.head_count_kv")?,
+            None => n_head,
+        };
+        let embd = g.tensor("token_embd.weight")?;
+        let c = Config {
+            n_layer: u("block_count")?,
+            dim,
+            n_head,
+            n_kv_head,
+            head_dim: if n_head > 0 { dim / n_head } else { 0 },
+            ffn: u("feed_forward_length")?,
+            vocab: embd.dims.get(1).copied().unwrap_or(0) as usize,
+            context: u("context_length")?,
+            rope_base: g.get("llama.rope.freq_base").and_then(|v| v.as_f64()).unwrap_or(10000.0),
+            eps: g.f64("llama.attention.layer_norm_rms_epsilon")? as f32,
+        };
+        let bad = |m: String| Err(Error::Model(m));
+        if c.n_layer == 0 || c.dim == 0 || c.n_head == 0 || c.n_kv_head == 0 || c.ffn == 0 || c.vocab == 0 {
+            return bad(format!("zero-sized dimension in {c:?}"));
+        }
+        if c.dim % c.n_head != 0 || c.n_head % c.n_kv_head != 0 {
+            return bad(format!("{} heads must divide width {} and be a multiple of {} KV heads", c.n_head, c.dim, c.n_kv_head));
+        }
+        if c.head_dim % 4 != 0 || c.head_dim > 128 {
+            return bad(format!("head dim {} (a multiple of 4, at most 128, is supported)", c.head_dim));
+        }
+        if let Some(rot) = g.get("llama.rope.dimension_count").and_then(|v| v.as_u64()) {
+            if rot as usize != c.head_dim {
+                return bad(format!("RoPE over {rot} of {} dims (partial rotary) is not supported", c.head_dim));
+            }
+        }
+        if !(c.eps > 0.0 && c.eps < 1.0) || !(c.rope_base > 1.0) {
+            return bad(format!("rms eps {} / rope base {}", c.eps, c.rope_base));
+        }
+        if embd.dims.first().copied() != Some(c.dim as u64) {
+            return bad(format!("token_embd is {:?}, width is {}", embd.dims, c.dim));
+        }
+        Ok(c)
+    }
+
+    /// Floats in one row of the fused Q|K|V projection.
+    pub fn qkv_width(&self) -> usize {
+        (self.n_head + 2 * self.n_kv_head) * self.head_dim
+    }
+}
+
+/// Load-time choices.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Most tokens one forward call processes (longer prompts are split in chunks).
+    pub chunk: usize,
+    /// Tokens of KV cache to allocate (all sequences together).
+    pub kv_tokens: usize,
+    /// Tokens per KV page.
+    pub page_size: usize,
+    /// Allocate room for the logits of every row of a chunk (scoring), not only the last.
+    pub all_logits: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { chunk: 128, kv_tokens: 4096, page_size: 16, all_logits: false }
+    }
+}
+
+struct Layer {
+    attn_norm: wgpu::Buffer, // [dim]
+    qkv: Weight,             // [(n_head + 2·n_kv)·hd, dim]: Q | K | V rows
+    wo: Weight,              // [dim, n_head·hd]
+    ffn_norm: wgpu::Buffer,  // [dim]
+    gate_up: Weight,         // [2·ffn, dim]: gate | up rows
+    down: Weight,            // [dim, ffn]
+}
+
+/// Activation buffers, allocated once at their largest size (`T` = `Options::chunk`).
+struct Scratch {
+    tokens: wgpu::Buffer, // [T] u32
+    pos: wgpu::Buffer,    // [T] u32
+    x: wgpu::Buffer,      // [T, dim] residual stream
+    xn: wgpu::Buffer,     // [T, dim] normed
+    qkv: wgpu::Buffer,    // [T, qkv_width]
+    att: wgpu::Buffer,    // [T, n_head·hd]
+    proj: wgpu::Buffer,   // [T, dim]
+    gu: wgpu::Buffer,     // [T, 2·ffn]
+    h: wgpu::Buffer,      // [T, ffn]
+    last: wgpu::Buffer,   // [1, dim] the last row of xn
+    logits: wgpu::Buffer, // [T or 1, vocab]
+    argmax: wgpu::Buffer, // [T or 1] u32
+}
+
+/// Which logits a forward pass computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// None (a prefill chunk that is not the last).
+    None,
+    /// The last token's row, and its argmax.
+    Last,
+    /// Every row of the chunk, and their argmaxes (needs `Options::all_logits`).
+    All,
+}
+
+/// A model loaded on the GPU with its KV cache and scratch buffers.
+pub struct Model {
+    pub cfg: Config,
+    pub opts: Options,
+    embed: Weight, // [vocab, dim] Q8_0; the output head too when tied
+    output: Option<Weight>,
+    output_norm: wgpu::Buffer,
+    layers: Vec<Layer>,
+    rope: wgpu::Buffer, // [context, hd/2] (cos, sin)
+    s: Scratch,
+    pub kv: KvCache,
+    /// Bytes of weights on the GPU.
+    pub weight_bytes: u64,
+}
+
+/// Concatenates the rows of several same-format, same-width GGUF matrices into one upload.
+async fn fused(gpu: &Gpu, g: &Gguf, file: &[u8], names: &[String], k: usize) -> Result<Weight> {
+    let mut bytes = Vec::new();
+    let mut rows = 0;
+    let mut format = None;
+    for name in names {
+        let t = g.tensor(name)?;
+        let f = Format::from_ggml_type(t.ggml_type)
+            .ok_or_else(|| Error::Model(format!("{name}: ggml type {} is not supported (F32, F16, Q8_0, Q4_1 are)", t.ggml_type)))?;
+        if *format.get_or_insert(f) != f {
+            return Err(Error::Model(format!("{name}: {} mixed with {:?} in one fused projection", f.name(), format)));
+        }
+        if t.dims.len() != 2 || t.dims[0] as usize != k {
+            return Err(Error::Model(format!("{name}: shape {:?}, expected [{k}, ·]", t.dims)));
+        }
+        rows += t.dims[1] as usize;
+        bytes.extend_from_slice(g.data(file, t)?);
+    }
+    let format = format.ok_or_else(|| Error::Model("empty projection".into()))?;
+    Weight::upload(gpu, &names[0], format, &bytes, rows, k).await
+}
+
+async fn vector(gpu: &Gpu, g: &Gguf, file: &[u8], name: &str, n: usize) -> Result<wgpu::Buffer> {
+    let t = g.tensor(name)?;
+    if t.ggml_type != 0 || t.dims != [n as u64] {
+        return Err(Error::Model(format!("{name}: expected F32 [{n}], got type {} {:?}", t.ggml_type, t.dims)));
+    }
+    let v: Vec<f32> = bytemuck::pod_collect_to_vec(g.data(file, t)?);
+    gpu.upload(name, &v).await
+}
+
+impl Model {
+    /// Uploads the model in `file` (a whole GGUF) and allocates its KV cache and scratch buffers.
+    pub async fn load(gpu: &Gpu, file: &[u8], opts: Options) -> Result<Model> {
+        let g = Gguf::parse(file)?;
+        let cfg = Config::from_gguf(&g)?;
+        if opts.chunk == 0 || opts.page_size == 0 || opts.kv_tokens == 0 {
+            return Err(Error::InvalidArgument(format!("{opts:?}: sizes must be positive")));
+        }
+        let (d, hd) = (cfg.dim, cfg.head_dim);
+        let embd = g.tensor("token_embd.weight")?;
+        if embd.ggml_type != Format::Q8_0.ggml_type() {
+            return Err(Error::Model(format!("token_embd is ggml type {}, the embedding kernel reads Q8_0", embd.ggml_type)));
+        }
+        let embed = Weight::upload(gpu, "token_embd", Format::Q8_0, g.data(file, embd)?, cfg.vocab, d).await?;
+        let output = match g.tensor("output.weight") {
+            Ok(_) => Some(fused(gpu, &g, file, &["output.weight".to_string()], d).await?),
+            Err(_) => None,
+        };
+        let output_norm = vector(gpu, &g, file, "output_norm.weight", d).await?;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: vector(gpu, &g, file, &n("attn_norm"), d).await?,
+                qkv: fused(gpu, &g, file, &[n("attn_q"), n("attn_k"), n("attn_v")], d).await?,
+                wo: fused(gpu, &g, file, &[n("attn_output")], cfg.n_head * hd).await?,
+                ffn_norm: vector(gpu, &g, file, &n("ffn_norm"), d).await?,
+                gate_up: fused(gpu, &g, file, &[n("ffn_gate"), n("ffn_up")], d).await?,
+                down: fused(gpu, &g, file, &[n("ffn_down")], cfg.ffn).await?,
+            });
+            let l = &layers[i];
+            if l.qkv.n != cfg.qkv_width() || l.wo.n != d || l.gate_up.n != 2 * cfg.ffn || l.down.n != d {
+                return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
+            }
+        }
+        let max_pos = cfg.context.min(opts.kv_tokens).max(1);
+        let rope = gpu.upload("rope table", &oracle::rope_table(max_pos, hd, cfg.rope_base)).await?;
+        let t = opts.chunk;
+        let f = |n: usize| 4 * n as u64;
+        let lrows = if opts.all_logits { t } else { 1 };
+        let s = Scratch {
+            tokens: gpu.storage("tokens", f(t)).await?,
+            pos: gpu.storage("positions", f(t)).await?,
+            x: gpu.storage("x", f(t * d)).await?,
+            xn: gpu.storage("xn", f(t * d)).await?,
+            qkv: gpu.storage("qkv", f(t * cfg.qkv_width())).await?,
+            att: gpu.storage("att", f(t * cfg.n_head * hd)).await?,
+            proj: gpu.storage("proj", f(t * d)).await?,
+            gu: gpu.storage("gate|up", f(t * 2 * cfg.ffn)).await?,
+            h: gpu.storage("h", f(t * cfg.ffn)).await?,
+            last: gpu.storage("last", f(d)).await?,
+            logits: gpu.storage("logits", f(lrows * cfg.vocab)).await?,
+            argmax: gpu.storage("argmax", f(lrows)).await?,
+        };
+        let pages = opts.kv_tokens.div_ceil(opts.page_size);
+        let kv = KvCache::new(gpu, cfg.n_layer, pages, opts.page_size, cfg.n_kv_head, hd).await?;
+        let mut weight_bytes = embed.buf.size() + output.as_ref().map_or(0, |w| w.buf.size());
+        for l in &layers {
+            weight_bytes += [&l.qkv, &l.wo, &l.gate_up, &l.down].iter().map(|w| w.buf.size()).sum::<u64>();
+            weight_bytes += l.attn_norm.size() + l.ffn_norm.size();
+        }
+        Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, kv, weight_bytes })
+    }
+
+    /// A new, empty sequence on this model's KV cache, able to grow to `max_tokens`.
+    pub async fn sequence(&self, gpu: &Gpu, max_tokens: usize) -> Result<Sequence> {
+        Sequence::new(gpu, &self.kv, max_tokens.min(self.cfg.context)).await
+    }
+
+    /// Runs `tokens` (at most `chunk`) through the model at positions `seq.len()..`, writing their
+    /// K/V into `seq`'s pages, and computes the requested logits. On success the sequence has
+    /// grown by `tokens.len()`; on error it is unchanged.
+    pub async fn forward(&mut self, gpu: &Gpu, seq: &mut Sequence, tokens: &[u32], logits: Logits) -> Result<()> {
+        let (c, t) = (&self.cfg, tokens.len());
+        if t == 0 || t > self.opts.chunk {
+            return Err(Error::InvalidArgument(format!("{t} tokens in one forward call (1 to {} allowed)", self.opts.chunk)));
+        }
+        if logits == Logits::All && !self.opts.all_logits {
+            return Err(Error::InvalidArgument("all-row logits need Options::all_logits".into()));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= c.vocab) {
+            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {}", c.vocab)));
+        }
+        let start = seq.len();
+        if start + t > c.context.min(self.rope.size() as usize / (4 * c.head_dim)) {
+            return Err(Error::ContextFull { needed: start + t, capacity: c.context.min(self.opts.kv_tokens) });
+        }
+        let table_len = seq.reserve(gpu, &mut self.kv, t)?;
+        let pos: Vec<u32> = (start as u32..(start + t) as u32).collect();
+        gpu.write(&self.s.tokens, 0, tokens);
+        gpu.write(&self.s.pos, 0, &pos);
+        let mut b = gpu.batch()?;
+        self.record(&mut b, seq, t, table_len, logits)?;
+        b.submit().await?;
+        seq.advance(t);
+        Ok(())
+    }
+
+    /// The forward pass proper: embed → layers → final norm → logits.
+    fn record(&self, b: &mut Batch, seq: &Sequence, t: usize, table_len: usize, logits: Logits) -> Result<()> {
+        let (c, s) = (&self.cfg, &self.s);
+        let (d, hd, qkv_w) = (c.dim, c.head_dim, c.qkv_width());
+        ops::embed(b, &s.tokens, &self.embed, &s.x, t)?;
+        for (l, kv) in self.layers.iter().zip(&self.kv.layers) {
+            // attention
+            ops::rmsnorm(b, &s.x, &l.attn_norm, &s.xn, t, d, c.eps)?;
+            ops::matmul(b, &s.xn, &l.qkv, &s.qkv, t)?;
+            let rope = RopeShape { t, heads: c.n_head + c.n_kv_head, row_stride: qkv_w, head_dim: hd };
+            ops::rope(b, &s.qkv, &s.pos, &self.rope, &rope)?;
+            let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
+            ops::kv_write(b, &s.qkv, &src, &s.pos, &seq.table, table_len, kv)?;
+            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt() };
+            ops::attention(b, &s.qkv, &shape, &s.pos, &seq.table, table_len, kv, &s.att)?;
+            ops::matmul(b, &s.att, &l.wo, &s.proj, t)?;
+            ops::add(b, &s.x, &s.proj, t * d)?;
+            // feed-forward
+            ops::rmsnorm(b, &s.x, &l.ffn_norm, &s.xn, t, d, c.eps)?;
+            ops::matmul(b, &s.xn, &l.gate_up, &s.gu, t)?;
+            ops::swiglu(b, &s.gu, &s.h, t, c.ffn)?;
+            ops::matmul(b, &s.h, &l.down, &s.proj, t)?;
+            ops::add(b, &s.x, &s.proj, t * d)?;
+        }
+        let head = self.output.as_ref().unwrap_or(&self.embed);
+        match logits {
+            Logits::None => Ok(()),
+            Logits::Last => {
+                ops::rmsnorm(b, &s.x, &self.output_norm, &s.xn, t, d, c.eps)?;
+                b.copy(&s.xn, 4 * ((t - 1) * d) as u64, &s.last, 0, 4 * d as u64);
+                ops::matmul(b, &s.last, head, &s.logits, 1)?;
+                ops::argmax(b, &s.logits, &s.argmax, 1, c.vocab)
+            }
+            Logits::All => {
+                ops::rmsnorm(b, &s.x, &self.output_norm, &s.xn, t, d, c.eps)?;
+                ops::matmul(b, &s.xn, head, &s.logits, t)?;
+                ops::argmax(b, &s.logits, &s.argmax, t, c.vocab)
+            }
+        }
+    }
+
+    /// Reads back `rows` rows of logits computed by the last forward pass.
+    pub async fn read_logits(&self, gpu: &Gpu, rows: usize) -> Result<Vec<f32>> {
+        gpu.read_f32(&self.s.logits, rows * self.cfg.vocab).await
+    }
+
+    /// Reads back the argmax of `rows` rows computed by the last forward pass (4 bytes a row).
+    pub async fn read_argmax(&self, gpu: &Gpu, rows: usize) -> Result<Vec<u32>> {
+        gpu.read_u32(&self.s.argmax, rows).await
+    }
+
+    /// Prefills `tokens` in chunks, starting at the sequence's current length; computes the last
+    /// row's logits.
+    pub async fn prefill(&mut self, gpu: &Gpu, seq: &mut Sequence, tokens: &[u32]) -> Result<()> {
+        let chunks: Vec<&[u32]> = tokens.chunks(self.opts.chunk).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let logits = if i + 1 == chunks.len() { Logits::Last } else { Logits::None };
+            self.forward(gpu, seq, chunk, logits).await?;
+        }
+        Ok(())
+    }
+
+    /// Teacher-forces `tokens` from the sequence's current length and calls `row(i, logits)` with
+    /// the full logits after token `i` (needs `Options::all_logits`).
+    pub async fn score(&mut self, gpu: &Gpu, seq: &mut Sequence, tokens: &[u32], mut row: impl FnMut(usize, &[f32])) -> Result<()> {
+        let mut done = 0;
+        for chunk in tokens.chunks(self.opts.chunk) {
+            self.forward(gpu, seq, chunk, Logits::All).await?;
+            let logits = self.read_logits(gpu, chunk.len()).await?;
+            for (i, r) in logits.chunks_exact(self.cfg.vocab).enumerate() {
+                row(done + i, r);
+            }
+            done += chunk.len();
+        }
+        Ok(())
+    }
+}
