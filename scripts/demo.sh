@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/fetch-model.sh
+ln -sfn ../models www/models
 export PATH="$HOME/.cargo/bin:$PATH"
 wasm-pack build --release --target web --out-dir www/pkg --no-pack
 PORT=${PORT:-8080}

@@ -13,6 +13,7 @@
 //! It does not (yet) load models, tokenize or generate: see the issues.
 
 pub mod chat;
+pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod gpu;
@@ -21,7 +22,9 @@ pub mod model;
 pub mod ops;
 pub mod oracle;
 pub mod quant;
+pub mod sample;
 pub mod selftest;
+pub mod testmodel;
 pub mod tokenizer;
 #[cfg(target_arch = "wasm32")]
 pub mod web;

@@ -1,5 +1,5 @@
 // Demo page: runs hotprefix's kernel checks in this browser and shows the results.
-import init, { runKernelChecks } from './pkg/hotprefix.js';
+import init, { runKernelChecks, Engine } from './pkg/hotprefix.js';
 
 const status = document.getElementById('status');
 const table = document.getElementById('results');
@@ -45,6 +45,79 @@ async function run() {
   button.disabled = false;
 }
 
+// Chat with the default model, served beside the page (scripts/demo.sh links models/ here).
+const MODEL_URL = './models/SmolLM2-135M-Instruct.Q4_1.gguf';
+const loadButton = document.getElementById('load');
+const sendButton = document.getElementById('send');
+const modelStatus = document.getElementById('model-status');
+const reply = document.getElementById('reply');
+const stats = document.getElementById('stats');
+const chatState = (s) => { document.getElementById('chat').dataset.state = s; };
+let engine = null;
+const history = [{ role: 'system', content: 'You are a helpful AI assistant named SmolLM, trained by Hugging Face' }];
+
+async function fetchWithProgress(url) {
+  const res = await fetch(url);
+  if (!res.ok) throw new Error(`${url}: HTTP ${res.status} (run scripts/demo.sh, which fetches the model)`);
+  const total = Number(res.headers.get('content-length')) || 0;
+  const reader = res.body.getReader();
+  const parts = [];
+  let got = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    parts.push(value);
+    got += value.length;
+    modelStatus.textContent = `Downloading… ${(got / 1e6).toFixed(1)}${total ? ` of ${(total / 1e6).toFixed(1)}` : ''} MB`;
+  }
+  const bytes = new Uint8Array(got);
+  let at = 0;
+  for (const p of parts) { bytes.set(p, at); at += p.length; }
+  return bytes;
+}
+
+async function loadModel() {
+  loadButton.disabled = true;
+  chatState('loading');
+  try {
+    const bytes = await fetchWithProgress(MODEL_URL);
+    modelStatus.textContent = 'Uploading to the GPU…';
+    engine = await Engine.load(bytes);
+    modelStatus.textContent = `Loaded on ${engine.adapter()}`;
+    sendButton.disabled = false;
+    chatState('ready');
+  } catch (e) {
+    modelStatus.textContent = `${e.name}: ${e.message}`;
+    loadButton.disabled = false;
+    chatState('error');
+  }
+}
+
+async function send() {
+  const text = document.getElementById('message').value.trim();
+  if (!text || !engine) return;
+  sendButton.disabled = true;
+  chatState('generating');
+  history.push({ role: 'user', content: text });
+  reply.textContent = '';
+  try {
+    const maxTokens = Number(new URLSearchParams(location.search).get('max_tokens') ?? 128);
+    const r = await engine.chat(JSON.stringify(history), maxTokens, 0, 0n, (piece) => { reply.textContent += piece; });
+    history.push({ role: 'assistant', content: r.text });
+    const u = r.usage;
+    stats.textContent = `${u.prompt_tokens} prompt tokens (${u.prompt_tokens_details.cached_tokens} cached), ` +
+      `${u.completion_tokens} generated · first token ${r.timings.ttft_ms.toFixed(0)} ms · ` +
+      `${r.timings.decode_tok_s.toFixed(1)} tok/s · ${r.finish_reason}`;
+    chatState('answered');
+  } catch (e) {
+    history.pop();
+    reply.textContent = `${e.name}: ${e.message}`;
+    chatState('error');
+  }
+  sendButton.disabled = false;
+}
+
 await init();
 button.addEventListener('click', run);
-run();
+loadButton.addEventListener('click', loadModel);
+sendButton.addEventListener('click', send);

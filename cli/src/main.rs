@@ -1,12 +1,20 @@
-//! `hotprefix`: the native command line. For now: `hotprefix bench kernels`.
+//! `hotprefix`: the native command line — run, score, bench. Output shapes are a contract
+//! (README "CLI"); errors are one line on stderr and a non-zero exit, never a backtrace.
 
+mod bench;
+
+use std::io::Write;
 use std::process::ExitCode;
-use std::time::Instant;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+use hotprefix::chat::Message;
+use hotprefix::engine::{Engine, Finish, GenerateParams};
 use hotprefix::gpu::Gpu;
-use hotprefix::quant::Format;
-use hotprefix::selftest::time_matmul;
+use hotprefix::model::{Model, Options};
+use hotprefix::sample::SamplingParams;
+use hotprefix::{Error, Result};
+
+const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 #[derive(Parser)]
 #[command(name = "hotprefix", version, about = "Small LLMs on WebGPU with a resident prompt cache")]
@@ -17,107 +25,182 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Print benchmark figures for the current adapter.
+    /// Generate text from a raw prompt or a chat (OpenAI-style messages).
+    Run {
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        model: String,
+        /// Raw prompt text (control tokens in it stay plain text).
+        #[arg(long, conflicts_with = "messages", required_unless_present = "messages")]
+        prompt: Option<String>,
+        /// A JSON file with `[{"role": "system"|"user"|"assistant", "content": "..."}]`.
+        #[arg(long)]
+        messages: Option<String>,
+        #[arg(long, default_value_t = 256)]
+        max_tokens: usize,
+        /// 0 = greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        #[arg(long, default_value_t = 0)]
+        top_k: usize,
+        #[arg(long, default_value_t = 1.0)]
+        top_p: f32,
+        #[arg(long, default_value_t = 1.0)]
+        repetition_penalty: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Stop before this string (repeatable).
+        #[arg(long)]
+        stop: Vec<String>,
+        /// Print one JSON object instead of streaming text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Teacher-force token ids and print the top-K logits after each, plus a greedy continuation.
+    Score {
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        model: String,
+        /// Comma-separated token ids.
+        #[arg(long, value_delimiter = ',', required = true)]
+        tokens: Vec<u32>,
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+        #[arg(long, default_value_t = 0)]
+        greedy: usize,
+    },
+    /// Benchmarks: the model (prefill and decode tok/s), or `kernels`.
     Bench {
-        /// What to measure.
-        what: BenchWhat,
+        /// `model` (default) or `kernels`.
+        #[arg(default_value = "model")]
+        what: String,
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        model: String,
+        #[arg(long)]
+        json: bool,
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum BenchWhat {
-    /// Matmul GFLOP/s at prefill shapes and matrix-vector GB/s per weight format, beside CPU baselines.
-    Kernels,
-}
-
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.cmd {
-        Cmd::Bench { what: BenchWhat::Kernels } => pollster::block_on(bench_kernels()),
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
+            eprintln!("hotprefix: {first} (see hotprefix --help)");
+            return ExitCode::from(2);
+        }
     };
+    let result = pollster::block_on(async {
+        match cli.cmd {
+            Cmd::Run { model, prompt, messages, max_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop, json } => {
+                let sampling = SamplingParams { temperature, top_k, top_p, repetition_penalty, seed, ..SamplingParams::default() };
+                let params = GenerateParams { max_tokens, sampling, stop };
+                run(&model, prompt, messages, params, json).await
+            }
+            Cmd::Score { model, tokens, top, greedy } => score(&model, &tokens, top, greedy).await,
+            Cmd::Bench { what, model, json } => match what.as_str() {
+                "model" => bench::model(&model, json).await,
+                "kernels" => bench::kernels().await,
+                other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model or kernels"))),
+            },
+        }
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hotprefix: {e}");
+            eprintln!("hotprefix: {}", e.to_string().replace('\n', " "));
             ExitCode::FAILURE
         }
     }
 }
 
-/// Best of `runs` timings of `f`, in seconds.
-fn best_of(runs: usize, mut f: impl FnMut()) -> f64 {
-    (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
+pub(crate) fn read_model(path: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        let hint = if path == DEFAULT_MODEL { " (run scripts/fetch-model.sh to download the default model)" } else { "" };
+        Error::InvalidArgument(format!("cannot read model {path}: {e}{hint}"))
+    })
 }
 
-/// Plain CPU read bandwidth: sum a 256 MiB f32 array with `threads` threads.
-fn cpu_read_gbs(threads: usize) -> f64 {
-    let data = vec![1.0f32; 64 << 20];
-    let chunk = data.len() / threads;
-    let secs = best_of(5, || {
-        let total: f32 = std::thread::scope(|s| {
-            let hs: Vec<_> = data
-                .chunks(chunk)
-                .map(|c| s.spawn(move || c.chunks_exact(16).fold([0f32; 16], |mut a, b| {
-                    for i in 0..16 {
-                        a[i] += b[i];
-                    }
-                    a
-                }).iter().sum::<f32>()))
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
-        });
-        std::hint::black_box(total);
-    });
-    (data.len() * 4) as f64 / secs / 1e9
-}
-
-/// CPU sgemm (matrixmultiply crate, its own threading) GFLOP/s for `[m, k] · [k, n]`.
-fn cpu_sgemm_gflops(m: usize, k: usize, n: usize) -> f64 {
-    let a = vec![0.5f32; m * k];
-    let b = vec![0.25f32; k * n];
-    let mut c = vec![0f32; m * n];
-    let secs = best_of(3, || unsafe {
-        matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), k as isize, 1, b.as_ptr(), 1, k as isize, 0.0, c.as_mut_ptr(), n as isize, 1);
-    });
-    std::hint::black_box(&c);
-    2.0 * (m * k * n) as f64 / secs / 1e9
-}
-
-async fn bench_kernels() -> hotprefix::Result<()> {
+async fn run(model: &str, prompt: Option<String>, messages: Option<String>, params: GenerateParams, json: bool) -> Result<()> {
+    let file = read_model(model)?;
+    let messages: Option<Vec<Message>> = match &messages {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidArgument(format!("cannot read {path}: {e}")))?;
+            Some(serde_json::from_str(&text).map_err(|e| Error::InvalidArgument(format!("{path}: not a list of {{role, content}} messages: {e}")))?)
+        }
+        None => None,
+    };
     let gpu = Gpu::new().await?;
-    println!("adapter: {}", gpu.describe());
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let bw1 = cpu_read_gbs(1);
-    let bwn = cpu_read_gbs(threads);
-    println!("cpu read bandwidth (256 MiB, sum): {bw1:.1} GB/s 1 thread, {bwn:.1} GB/s {threads} threads");
-
-    println!("\nprefill matmul, T = 512 (GPU = our kernel; CPU = matrixmultiply sgemm on f32, {threads} threads)");
-    println!("{:<8} {:>6} {:>6} {:>10} {:>12} {:>12}", "weights", "K", "N", "ms", "GPU GFLOP/s", "CPU GFLOP/s");
-    let t = 512;
-    for (format, k, n) in [(Format::Q4_1, 576, 576), (Format::Q4_1, 576, 1536), (Format::Q4_1, 1536, 576), (Format::Q8_0, 576, 49152)] {
-        let reps = if n > 10_000 { 2 } else { 10 };
-        let (ms, _) = time_matmul(&gpu, format, t, k, n, reps).await?;
-        let gflops = 2.0 * (t * k * n) as f64 / (ms * 1e6);
-        let cpu = cpu_sgemm_gflops(t, k, n);
-        println!("{:<8} {k:>6} {n:>6} {ms:>10.2} {gflops:>12.2} {cpu:>12.2}", format.name());
+    let kv_tokens = 4096;
+    let mut engine = Engine::load(gpu, &file, Options { kv_tokens, ..Options::default() }).await?;
+    let ids = match (&prompt, &messages) {
+        (_, Some(m)) => engine.encode_chat(m)?,
+        (Some(p), None) => engine.tokenizer.encode_text(p)?,
+        (None, None) => return Err(Error::InvalidArgument("give --prompt or --messages".into())),
+    };
+    let mut stdout = std::io::stdout();
+    let g = engine
+        .generate(&ids, &params, |piece| {
+            if !json {
+                let _ = stdout.write_all(piece.as_bytes());
+                let _ = stdout.flush();
+            }
+        })
+        .await?;
+    if json {
+        let out = serde_json::json!({
+            "text": g.text,
+            "tokens": g.tokens,
+            "finish_reason": match g.finish { Finish::Stop => "stop", Finish::Length => "length" },
+            "usage": {
+                "prompt_tokens": g.prompt_tokens,
+                "completion_tokens": g.tokens.len(),
+                "prompt_tokens_details": { "cached_tokens": g.cached_tokens },
+            },
+            "timings": { "ttft_ms": g.timings.ttft_ms, "prefill_tok_s": g.timings.prefill_tok_s, "decode_tok_s": g.timings.decode_tok_s },
+        });
+        println!("{out}");
+    } else {
+        println!();
     }
+    Ok(())
+}
 
-    println!("\nmatrix-vector, T = 1: effective GB/s = weight bytes / time (vs CPU read {bwn:.1} GB/s)");
-    println!("{:<8} {:>6} {:>6} {:>10} {:>10} {:>8} {:>12}", "weights", "K", "N", "MiB", "ms", "GB/s", "% of CPU bw");
-    let shapes = [(1536, 16384), (576, 49152), (576, 1536), (1536, 576)];
-    for format in Format::ALL {
-        for (k, n) in shapes {
-            let (ms, bytes) = time_matmul(&gpu, format, 1, k, n, 50).await?;
-            let gbs = bytes as f64 / (ms * 1e6);
-            let mib = bytes as f64 / (1 << 20) as f64;
-            println!("{:<8} {k:>6} {n:>6} {mib:>10.1} {ms:>10.3} {gbs:>8.2} {:>11.0}%", format.name(), 100.0 * gbs / bwn);
+async fn score(model: &str, tokens: &[u32], top: usize, greedy: usize) -> Result<()> {
+    let file = read_model(model)?;
+    let gpu = Gpu::new().await?;
+    let opts = Options { chunk: 64, kv_tokens: (tokens.len() + greedy).next_multiple_of(16).max(16), all_logits: true, ..Options::default() };
+    let mut m = Model::load(&gpu, &file, opts).await?;
+    let mut seq = m.sequence(&gpu, tokens.len() + greedy).await?;
+    let mut positions = Vec::with_capacity(tokens.len());
+    let mut last = 0u32;
+    m.score(&gpu, &mut seq, tokens, |_, row| {
+        let mut idx: Vec<u32> = (0..row.len() as u32).collect();
+        let k = top.min(row.len());
+        if k > 0 {
+            let cmp = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+            idx.select_nth_unstable_by(k - 1, cmp);
+            idx.truncate(k);
+            idx.sort_by(cmp);
+        } else {
+            idx.clear();
+        }
+        last = hotprefix::oracle::argmax(row, 1, row.len())[0];
+        positions.push(idx.iter().map(|&i| serde_json::json!([i, row[i as usize]])).collect::<Vec<_>>());
+    })
+    .await?;
+    let mut out_greedy = Vec::with_capacity(greedy);
+    let mut next = last;
+    for i in 0..greedy {
+        out_greedy.push(next);
+        if i + 1 < greedy {
+            m.forward(&gpu, &mut seq, &[next], hotprefix::model::Logits::Last).await?;
+            next = m.read_argmax(&gpu, 1).await?[0];
         }
     }
+    println!("{}", serde_json::json!({ "positions": positions, "greedy": out_greedy }));
     Ok(())
 }

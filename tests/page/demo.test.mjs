@@ -16,6 +16,7 @@ test('demo page runs every kernel check and shows all passing', { timeout: 300_0
     const errors = [];
     page.on('pageerror', (e) => errors.push(String(e)));
     await page.goto(server.url);
+    await page.click('#run');
     await page.waitForFunction(() => document.body.dataset.state, null, { timeout: 280_000 });
     const state = await page.evaluate(() => document.body.dataset.state);
     const status = await page.textContent('#status');

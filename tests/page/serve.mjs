@@ -5,10 +5,13 @@ import { extname, join, normalize } from 'node:path';
 
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css' };
 
-export async function serve(root) {
+// `mounts` maps URL prefixes (e.g. '/models/') to other folders.
+export async function serve(root, mounts = {}) {
   const server = createServer(async (req, res) => {
     const path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname)).replace(/^(\.\.[/\\])+/, '');
-    const file = join(root, path.endsWith('/') ? path + 'index.html' : path);
+    const mount = Object.keys(mounts).find((m) => path.startsWith(m));
+    const file = mount ? join(mounts[mount], path.slice(mount.length))
+      : join(root, path.endsWith('/') ? path + 'index.html' : path);
     try {
       const body = await readFile(file);
       res.writeHead(200, { 'content-type': TYPES[extname(file)] ?? 'application/octet-stream' });

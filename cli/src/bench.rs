@@ -1,0 +1,156 @@
+//! `hotprefix bench`: kernel figures beside CPU baselines, and model prefill/decode tok/s.
+
+use std::time::Instant;
+
+use hotprefix::gpu::Gpu;
+use hotprefix::model::{Logits, Model, Options};
+use hotprefix::quant::Format;
+use hotprefix::selftest::{now_ms, time_matmul, Rng};
+use hotprefix::Result;
+
+/// Best of `runs` timings of `f`, in seconds.
+fn best_of(runs: usize, mut f: impl FnMut()) -> f64 {
+    (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Plain CPU read bandwidth: sum a 256 MiB f32 array with `threads` threads.
+fn cpu_read_gbs(threads: usize) -> f64 {
+    let data = vec![1.0f32; 64 << 20];
+    let chunk = data.len() / threads;
+    let secs = best_of(5, || {
+        let total: f32 = std::thread::scope(|s| {
+            let hs: Vec<_> = data
+                .chunks(chunk)
+                .map(|c| s.spawn(move || c.chunks_exact(16).fold([0f32; 16], |mut a, b| {
+                    for i in 0..16 {
+                        a[i] += b[i];
+                    }
+                    a
+                }).iter().sum::<f32>()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+        });
+        std::hint::black_box(total);
+    });
+    (data.len() * 4) as f64 / secs / 1e9
+}
+
+/// CPU sgemm (matrixmultiply crate, its own threading) GFLOP/s for `[m, k] · [k, n]`.
+fn cpu_sgemm_gflops(m: usize, k: usize, n: usize) -> f64 {
+    let a = vec![0.5f32; m * k];
+    let b = vec![0.25f32; k * n];
+    let mut c = vec![0f32; m * n];
+    let secs = best_of(3, || unsafe {
+        matrixmultiply::sgemm(m, k, n, 1.0, a.as_ptr(), k as isize, 1, b.as_ptr(), 1, k as isize, 0.0, c.as_mut_ptr(), n as isize, 1);
+    });
+    std::hint::black_box(&c);
+    2.0 * (m * k * n) as f64 / secs / 1e9
+}
+
+/// `hotprefix bench kernels`: matmul GFLOP/s at prefill shapes, matrix-vector GB/s per format.
+pub async fn kernels() -> Result<()> {
+    let gpu = Gpu::new().await?;
+    println!("adapter: {}", gpu.describe());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let bw1 = cpu_read_gbs(1);
+    let bwn = cpu_read_gbs(threads);
+    println!("cpu read bandwidth (256 MiB, sum): {bw1:.1} GB/s 1 thread, {bwn:.1} GB/s {threads} threads");
+
+    println!("\nprefill matmul, T = 512 (GPU = our kernel; CPU = matrixmultiply sgemm on f32, {threads} threads)");
+    println!("{:<8} {:>6} {:>6} {:>10} {:>12} {:>12}", "weights", "K", "N", "ms", "GPU GFLOP/s", "CPU GFLOP/s");
+    let t = 512;
+    for (format, k, n) in [(Format::Q4_1, 576, 576), (Format::Q4_1, 576, 1536), (Format::Q4_1, 1536, 576), (Format::Q8_0, 576, 49152)] {
+        let reps = if n > 10_000 { 2 } else { 10 };
+        let (ms, _) = time_matmul(&gpu, format, t, k, n, reps).await?;
+        let gflops = 2.0 * (t * k * n) as f64 / (ms * 1e6);
+        let cpu = cpu_sgemm_gflops(t, k, n);
+        println!("{:<8} {k:>6} {n:>6} {ms:>10.2} {gflops:>12.2} {cpu:>12.2}", format.name());
+    }
+
+    println!("\nmatrix-vector, T = 1: effective GB/s = weight bytes / time (vs CPU read {bwn:.1} GB/s)");
+    println!("{:<8} {:>6} {:>6} {:>10} {:>10} {:>8} {:>12}", "weights", "K", "N", "MiB", "ms", "GB/s", "% of CPU bw");
+    let shapes = [(1536, 16384), (576, 49152), (576, 1536), (1536, 576)];
+    for format in Format::ALL {
+        for (k, n) in shapes {
+            let (ms, bytes) = time_matmul(&gpu, format, 1, k, n, 50).await?;
+            let gbs = bytes as f64 / (ms * 1e6);
+            let mib = bytes as f64 / (1 << 20) as f64;
+            println!("{:<8} {k:>6} {n:>6} {mib:>10.1} {ms:>10.3} {gbs:>8.2} {:>11.0}%", format.name(), 100.0 * gbs / bwn);
+        }
+    }
+    Ok(())
+}
+
+/// Median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `hotprefix bench [model]`: prefill tok/s at 128, 512 and 1500 prompt tokens (cold KV) and
+/// greedy decode tok/s over 128 tokens after a 128- and a 1500-token prompt; medians of 3 runs.
+pub async fn model(path: &str, json: bool) -> Result<()> {
+    let file = crate::read_model(path)?;
+    let gpu = Gpu::new().await?;
+    let mut m = Model::load(&gpu, &file, Options { chunk: 512, kv_tokens: 2048, ..Options::default() }).await?;
+    // Token ids past the control tokens, drawn from a fixed seed: the same prompt every run.
+    let mut rng = Rng(7);
+    let vocab = m.cfg.vocab;
+    let prompt: Vec<u32> = (0..1500).map(|_| 17 + rng.below(vocab - 17) as u32).collect();
+    let mut prefill = Vec::new();
+    for n in [128usize, 512, 1500] {
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let mut seq = m.sequence(&gpu, n).await?;
+            let t = now_ms();
+            m.prefill(&gpu, &mut seq, &prompt[..n]).await?;
+            m.read_argmax(&gpu, 1).await?;
+            runs.push(n as f64 / ((now_ms() - t) / 1e3));
+            seq.clear(&mut m.kv);
+        }
+        prefill.push((n, median(&mut runs)));
+    }
+    let mut decode = Vec::new();
+    for n in [128usize, 1500] {
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let mut seq = m.sequence(&gpu, n + 128).await?;
+            m.prefill(&gpu, &mut seq, &prompt[..n]).await?;
+            let mut next = m.read_argmax(&gpu, 1).await?[0];
+            let t = now_ms();
+            for _ in 0..128 {
+                m.forward(&gpu, &mut seq, &[next], Logits::Last).await?;
+                next = m.read_argmax(&gpu, 1).await?[0];
+            }
+            runs.push(128.0 / ((now_ms() - t) / 1e3));
+            seq.clear(&mut m.kv);
+        }
+        decode.push((n, median(&mut runs)));
+    }
+    if json {
+        let out = serde_json::json!({
+            "adapter": gpu.describe(),
+            "prefill": prefill.iter().map(|(n, r)| serde_json::json!({"tokens": n, "tok_s": r})).collect::<Vec<_>>(),
+            "decode_tok_s": decode[0].1,
+            "decode_after": decode.iter().map(|(n, r)| serde_json::json!({"prompt_tokens": n, "tok_s": r})).collect::<Vec<_>>(),
+            "weight_bytes": m.weight_bytes,
+        });
+        println!("{out}");
+    } else {
+        println!("adapter: {}", gpu.describe());
+        println!("weights on the GPU: {:.1} MiB", m.weight_bytes as f64 / (1 << 20) as f64);
+        for (n, r) in &prefill {
+            println!("prefill {n:>5} tokens: {r:>8.1} tok/s");
+        }
+        for (n, r) in &decode {
+            println!("decode 128 tokens after {n:>5}: {r:>8.1} tok/s");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Writes the tiny random-weight llama test model (hotprefix::testmodel::tiny_gguf(1): Q8_0 tied
+# embedding, Q4_1 linear weights, F32 norms; 2 layers, width 96) to OUT.gguf and prints a summary.
+# The tests build it in memory; this file is for poking at it with other tools.
+# Usage: scripts/make-tiny-model.sh [OUT.gguf]   (default models/tiny-llama.gguf)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="$(realpath -m "${1:-$root/models/tiny-llama.gguf}")"
+cd "$root"
+mkdir -p "$(dirname "$out")"
+cargo run -q -p hotprefix-cli --example make_tiny_model -- "$out"
