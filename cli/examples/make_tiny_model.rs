@@ -1,0 +1,39 @@
+//! Writes the tiny random-weight test model (`hotprefix::testmodel::tiny_gguf(1)`) to the path
+//! given and prints a summary: `cargo run -p hotprefix-cli --example make_tiny_model -- OUT.gguf`
+//! (or scripts/make-tiny-model.sh).
+
+use hotprefix::gguf::Gguf;
+use hotprefix::model::Config;
+use hotprefix::testmodel;
+
+fn main() {
+    let Some(path) = std::env::args().nth(1) else {
+        eprintln!("usage: make_tiny_model OUT.gguf");
+        std::process::exit(2);
+    };
+    let bytes = testmodel::tiny_gguf(1);
+    if let Err(e) = std::fs::write(&path, &bytes) {
+        eprintln!("{path}: {e}");
+        std::process::exit(1);
+    }
+    let g = Gguf::parse(&bytes).expect("the tiny model parses");
+    let c = Config::from_gguf(&g).expect("the tiny model has a valid config");
+    println!("wrote {path}: {} bytes, {} tensors", bytes.len(), g.tensors.len());
+    println!(
+        "llama: {} layers, width {}, {}/{} heads of {}, ffn {}, vocab {}, context {}, rope base {}, eps {}",
+        c.n_layer, c.dim, c.n_head, c.n_kv_head, c.head_dim, c.ffn, c.vocab, c.context, c.rope_base, c.eps
+    );
+    for t in &g.tensors {
+        println!("  {:<24} {:?} ggml type {} ({} bytes)", t.name, t.dims, t.ggml_type, t.bytes);
+    }
+    // The CPU reference on a few tokens, to show the logits are neither tiny nor exploding.
+    let tokens = [1u32, 42, 7, 300, 128];
+    let logits = testmodel::oracle_logits(&bytes, &tokens).expect("oracle forward pass");
+    for (i, row) in logits.chunks_exact(c.vocab).enumerate() {
+        let mean = row.iter().sum::<f32>() / row.len() as f32;
+        let sd = (row.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / row.len() as f32).sqrt();
+        let mut sorted = row.to_vec();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        println!("  oracle logits after token {i} ({}): mean {mean:.3}, sd {sd:.3}, max {:.3}, top-2 gap {:.4}", tokens[i], sorted[0], sorted[0] - sorted[1]);
+    }
+}

@@ -1,0 +1,176 @@
+//! A tiny random-weight llama model for end-to-end tests, and a plain CPU forward pass over it.
+//!
+//! [`tiny_gguf`] writes a GGUF in the same formats as the default model (token_embd Q8_0 and tied
+//! output head, every linear weight Q4_1, norms F32) but with 2 layers of width 96, 6 query heads
+//! over 2 KV heads (GQA ratio 3), head dim 16, FFN 160 and a vocabulary of 320: small enough for
+//! lavapipe and the browser's software adapter.
+//!
+//! [`oracle_logits`] is the reference the GPU forward pass is tested against: llama2.c-style
+//! loops built only from the kernel oracles in [`crate::oracle`] and [`quant::dequantize`].
+
+use crate::error::{Error, Result};
+use crate::gguf::{self, Gguf, Value};
+use crate::model::Config;
+use crate::oracle;
+use crate::quant::{self, Format};
+use crate::selftest::Rng;
+
+const LAYERS: usize = 2;
+const DIM: usize = 96;
+const HEADS: usize = 6;
+const KV_HEADS: usize = 2;
+const HEAD_DIM: usize = DIM / HEADS;
+const FFN: usize = 160;
+const VOCAB: usize = 320;
+const CONTEXT: usize = 128;
+
+/// The tiny model's GGUF bytes; the same `seed` always gives the same bytes.
+///
+/// Weights are uniform: linear layers in ±0.5·√(3/K) (outputs of standard deviation 0.5 for
+/// unit-variance inputs, so activations stay O(1) through the layers), the embedding in ±0.5 (tied
+/// head logits of standard deviation ≈ 3), norms in 1.0 ± 0.2.
+///
+/// Why 0.5 and not 1: the GPU stores K/V as f16, and a K/V value whose f32 result lands on the
+/// other side of an f16 rounding boundary than the oracle's (f64-accumulated) one moves by one f16
+/// ulp. At full scale such a flip moved later logits by up to 1.6e-3 relative (2 of 120 seeded
+/// sequences), at the 1e-3 bar the tests use; at 0.5 the worst seen was 2e-4, while the last
+/// row's logits still change by about half their size when the earlier tokens change.
+pub fn tiny_gguf(seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed);
+    // (name, GGUF dims [row length, rows], format, bytes)
+    let mut tensors: Vec<(String, Vec<u64>, Format, Vec<u8>)> = Vec::new();
+    let mut matrix = |rng: &mut Rng, name: String, k: usize, n: usize, format: Format, a: f32| {
+        let w = rng.vec(n * k, a);
+        let bytes = quant::quantize(format, &w).expect("whole blocks");
+        tensors.push((name, vec![k as u64, n as u64], format, bytes));
+    };
+    matrix(&mut rng, "token_embd.weight".into(), DIM, VOCAB, Format::Q8_0, 0.5);
+    let lin = |k: usize| 0.5 * (3.0 / k as f32).sqrt();
+    for i in 0..LAYERS {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        matrix(&mut rng, n("attn_q"), DIM, HEADS * HEAD_DIM, Format::Q4_1, lin(DIM));
+        matrix(&mut rng, n("attn_k"), DIM, KV_HEADS * HEAD_DIM, Format::Q4_1, lin(DIM));
+        matrix(&mut rng, n("attn_v"), DIM, KV_HEADS * HEAD_DIM, Format::Q4_1, lin(DIM));
+        matrix(&mut rng, n("attn_output"), HEADS * HEAD_DIM, DIM, Format::Q4_1, lin(HEADS * HEAD_DIM));
+        matrix(&mut rng, n("ffn_gate"), DIM, FFN, Format::Q4_1, lin(DIM));
+        matrix(&mut rng, n("ffn_up"), DIM, FFN, Format::Q4_1, lin(DIM));
+        matrix(&mut rng, n("ffn_down"), FFN, DIM, Format::Q4_1, lin(FFN));
+    }
+    let mut norm = |rng: &mut Rng, name: String| {
+        let w: Vec<f32> = (0..DIM).map(|_| 1.0 + rng.f32(0.2)).collect();
+        tensors.push((name, vec![DIM as u64], Format::F32, quant::quantize(Format::F32, &w).expect("f32")));
+    };
+    for i in 0..LAYERS {
+        norm(&mut rng, format!("blk.{i}.attn_norm.weight"));
+        norm(&mut rng, format!("blk.{i}.ffn_norm.weight"));
+    }
+    norm(&mut rng, "output_norm.weight".into());
+
+    let metadata = [
+        ("general.architecture", Value::Str("llama".into())),
+        ("general.name", Value::Str(format!("hotprefix tiny test model (seed {seed})"))),
+        ("llama.block_count", Value::U32(LAYERS as u32)),
+        ("llama.context_length", Value::U32(CONTEXT as u32)),
+        ("llama.embedding_length", Value::U32(DIM as u32)),
+        ("llama.feed_forward_length", Value::U32(FFN as u32)),
+        ("llama.attention.head_count", Value::U32(HEADS as u32)),
+        ("llama.attention.head_count_kv", Value::U32(KV_HEADS as u32)),
+        ("llama.rope.dimension_count", Value::U32(HEAD_DIM as u32)),
+        ("llama.rope.freq_base", Value::F32(10000.0)),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        ("llama.vocab_size", Value::U32(VOCAB as u32)),
+    ];
+    let refs: Vec<(&str, &[u64], u32, &[u8])> =
+        tensors.iter().map(|(n, d, f, b)| (n.as_str(), d.as_slice(), f.ggml_type(), b.as_slice())).collect();
+    gguf::write(&metadata, &refs)
+}
+
+/// A whole tensor of `file`, dequantized to f32, checked to be `dims` (GGUF order).
+fn tensor(g: &Gguf, file: &[u8], name: &str, dims: &[usize]) -> Result<Vec<f32>> {
+    let t = g.tensor(name)?;
+    if t.dims.iter().map(|&d| d as usize).ne(dims.iter().copied()) {
+        return Err(Error::Model(format!("{name}: shape {:?}, expected {dims:?}", t.dims)));
+    }
+    let format = Format::from_ggml_type(t.ggml_type)
+        .ok_or_else(|| Error::Model(format!("{name}: ggml type {} is not supported", t.ggml_type)))?;
+    quant::dequantize(format, g.data(file, t)?)
+}
+
+/// The logits `[tokens.len(), vocab]` of a llama-family GGUF on `tokens`, teacher-forced from
+/// position 0, computed on the CPU from the kernel oracles. K and V are rounded to f16 the way
+/// the GPU's KV pages store them.
+pub fn oracle_logits(gguf_bytes: &[u8], tokens: &[u32]) -> Result<Vec<f32>> {
+    let g = Gguf::parse(gguf_bytes)?;
+    let c = Config::from_gguf(&g)?;
+    let (t, d, hd) = (tokens.len(), c.dim, c.head_dim);
+    let (qw, kw) = (c.n_head * hd, c.n_kv_head * hd);
+    if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= c.vocab) {
+        return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {}", c.vocab)));
+    }
+    let pos: Vec<u32> = (0..t as u32).collect();
+    let add = |x: &mut [f32], y: &[f32]| x.iter_mut().zip(y).for_each(|(a, b)| *a += *b);
+
+    let embd = tensor(&g, gguf_bytes, "token_embd.weight", &[d, c.vocab])?;
+    let mut x = oracle::embed(&embd, tokens, d);
+    for l in 0..c.n_layer {
+        let w = |s: &str, dims: &[usize]| tensor(&g, gguf_bytes, &format!("blk.{l}.{s}.weight"), dims);
+        // attention
+        let xn = oracle::rmsnorm(&x, &w("attn_norm", &[d])?, t, d, c.eps);
+        let mut q = oracle::matmul(&xn, &w("attn_q", &[d, qw])?, t, d, qw).0;
+        let mut k = oracle::matmul(&xn, &w("attn_k", &[d, kw])?, t, d, kw).0;
+        let v = oracle::matmul(&xn, &w("attn_v", &[d, kw])?, t, d, kw).0;
+        oracle::rope(&mut q, &pos, c.n_head, qw, hd, c.rope_base);
+        oracle::rope(&mut k, &pos, c.n_kv_head, kw, hd, c.rope_base);
+        let k: Vec<f32> = k.into_iter().map(oracle::f16_round).collect();
+        let v: Vec<f32> = v.into_iter().map(oracle::f16_round).collect();
+        let att = oracle::attention(&q, &k, &v, &pos, c.n_head, c.n_kv_head, hd, 1.0 / (hd as f32).sqrt());
+        let proj = oracle::matmul(&att, &w("attn_output", &[qw, d])?, t, qw, d).0;
+        add(&mut x, &proj);
+        // feed-forward
+        let xn = oracle::rmsnorm(&x, &w("ffn_norm", &[d])?, t, d, c.eps);
+        let gate = oracle::matmul(&xn, &w("ffn_gate", &[d, c.ffn])?, t, d, c.ffn).0;
+        let up = oracle::matmul(&xn, &w("ffn_up", &[d, c.ffn])?, t, d, c.ffn).0;
+        let gu: Vec<f32> = (0..t).flat_map(|i| gate[i * c.ffn..][..c.ffn].iter().chain(&up[i * c.ffn..][..c.ffn]).copied()).collect();
+        let h = oracle::swiglu(&gu, t, c.ffn);
+        let proj = oracle::matmul(&h, &w("ffn_down", &[c.ffn, d])?, t, c.ffn, d).0;
+        add(&mut x, &proj);
+    }
+    let xn = oracle::rmsnorm(&x, &tensor(&g, gguf_bytes, "output_norm.weight", &[d])?, t, d, c.eps);
+    let head = match g.tensor("output.weight") {
+        Ok(_) => tensor(&g, gguf_bytes, "output.weight", &[d, c.vocab])?,
+        Err(_) => embd,
+    };
+    Ok(oracle::matmul(&xn, &head, t, d, c.vocab).0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiny_model_parses_and_is_deterministic() {
+        let a = tiny_gguf(1);
+        assert_eq!(a, tiny_gguf(1));
+        assert_ne!(a, tiny_gguf(2));
+        let g = Gguf::parse(&a).unwrap();
+        let c = Config::from_gguf(&g).unwrap();
+        assert_eq!((c.n_layer, c.dim, c.n_head, c.n_kv_head, c.head_dim, c.ffn, c.vocab), (2, 96, 6, 2, 16, 160, 320));
+        assert_eq!(g.tensor("token_embd.weight").unwrap().ggml_type, Format::Q8_0.ggml_type());
+        assert_eq!(g.tensor("blk.1.ffn_down.weight").unwrap().ggml_type, Format::Q4_1.ggml_type());
+        assert!(g.tensor("output.weight").is_err(), "tied head");
+    }
+
+    #[test]
+    fn oracle_logits_are_order_one_and_causal() {
+        let file = tiny_gguf(1);
+        let toks = [5u32, 17, 300, 2, 2, 99];
+        let l = oracle_logits(&file, &toks).unwrap();
+        assert_eq!(l.len(), toks.len() * VOCAB);
+        let rms = (l.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / l.len() as f64).sqrt();
+        assert!(rms > 0.5 && rms < 20.0, "logit rms {rms}");
+        // A prefix's logits do not depend on what follows it.
+        let p = oracle_logits(&file, &toks[..3]).unwrap();
+        assert_eq!(&l[..3 * VOCAB], &p[..]);
+        assert!(oracle_logits(&file, &[320]).is_err());
+    }
+}
