@@ -1,7 +1,13 @@
-// Causal grouped-query attention over paged KV, one (token, query head) per invocation:
+// Causal grouped-query attention over paged KV:
 //   out[t, h] = Σ_j softmax_j(q[t, h] · k[j, g] / √hd) · v[j, g],  j = 0 ..= pos[t],  g = h / (H / H_kv)
 // K/V come from the pages (f16 pairs in u32) through the page table, so the new tokens' own K/V
 // must be written first (kv_write). Online softmax in f32: no [T, ctx] score buffer.
+//
+// `main` runs one (token, head, split) per invocation. With splits = 1 it writes `out` directly.
+// With splits > 1 (decode: few tokens × heads, long context) each invocation covers one slice of
+// the positions and writes its unnormalised partial (acc, max, sum) to `part`; `combine` then
+// merges the slices of each (token, head) — flash-decoding, so a single query still spreads over
+// many invocations.
 
 const MAX_HD4: u32 = 32u; // head dim ≤ 128
 
@@ -14,6 +20,7 @@ struct Params {
     q_stride: u32,   // floats between token rows of q
     scale: f32,      // usually 1/√hd
     table_len: u32,  // entries in the page table
+    splits: u32,     // position slices per (token, head)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -23,6 +30,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read> k_pages: array<u32>;        // [pages, n_kv, PAGE, hd/2]
 @group(0) @binding(5) var<storage, read> v_pages: array<u32>;        // [pages, n_kv, PAGE, hd/2]
 @group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>; // [T, n_head·hd/4]
+@group(0) @binding(7) var<storage, read_write> part: array<vec4<f32>>; // [T, n_head, splits, hd/4 + 1]: acc…, (max, sum, 0, 0)
 
 fn kv4(buf_is_k: bool, base: u32, i: u32) -> vec4<f32> {
     if buf_is_k {
@@ -32,13 +40,15 @@ fn kv4(buf_is_k: bool, base: u32, i: u32) -> vec4<f32> {
 }
 
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let idx = gid.x;
-    if idx >= p.t * p.n_head {
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let idx = gid.x + gid.y * nw.x * 64u;
+    if idx >= p.t * p.n_head * p.splits {
         return;
     }
-    let t = idx / p.n_head;
-    let h = idx % p.n_head;
+    let split = idx % p.splits;
+    let th = idx / p.splits;
+    let t = th / p.n_head;
+    let h = th % p.n_head;
     let g = h / (p.n_head / p.n_kv);
     let hd4 = p.hd / 4u;
     var qv: array<vec4<f32>, MAX_HD4>;
@@ -50,8 +60,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     var m = -3.0e38;
     var l = 0.0;
-    let last = pos[t];
-    for (var j = 0u; j <= last; j++) {
+    let n = pos[t] + 1u;
+    let per = (n + p.splits - 1u) / p.splits;
+    let end = min(n, (split + 1u) * per);
+    for (var j = split * per; j < end; j++) {
         let page = table[min(j / p.page, p.table_len - 1u)];
         let base = ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
         var s = 0.0;
@@ -67,8 +79,52 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         m = m_new;
     }
-    let ob = (t * p.n_head + h) * hd4;
+    if p.splits == 1u {
+        let ob = th * hd4;
+        for (var i = 0u; i < hd4; i++) {
+            out[ob + i] = acc[i] / l;
+        }
+        return;
+    }
+    let pb = idx * (hd4 + 1u);
     for (var i = 0u; i < hd4; i++) {
-        out[ob + i] = acc[i] / l;
+        part[pb + i] = acc[i];
+    }
+    part[pb + hd4] = vec4<f32>(m, l, 0.0, 0.0);
+}
+
+// Merges the `splits` partials of each (token, head): out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M).
+@compute @workgroup_size(64)
+fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let th = gid.x;
+    if th >= p.t * p.n_head {
+        return;
+    }
+    let hd4 = p.hd / 4u;
+    let stride = hd4 + 1u;
+    let base = th * p.splits * stride;
+    var mx = -3.0e38;
+    for (var s = 0u; s < p.splits; s++) {
+        let ml = part[base + s * stride + hd4];
+        if ml.y > 0.0 {
+            mx = max(mx, ml.x);
+        }
+    }
+    var l = 0.0;
+    for (var s = 0u; s < p.splits; s++) {
+        let ml = part[base + s * stride + hd4];
+        if ml.y > 0.0 {
+            l += ml.y * exp(ml.x - mx);
+        }
+    }
+    for (var i = 0u; i < hd4; i++) {
+        var a = vec4<f32>(0.0);
+        for (var s = 0u; s < p.splits; s++) {
+            let ml = part[base + s * stride + hd4];
+            if ml.y > 0.0 {
+                a += part[base + s * stride + i] * exp(ml.x - mx);
+            }
+        }
+        out[th * hd4 + i] = a / l;
     }
 }

@@ -12,6 +12,8 @@
 // No workgroup memory and no barriers: lavapipe runs these fastest (see docs/BENCHMARKS.md).
 
 override FORMAT: u32 = 0u;
+// 1: y += x · Wᵀ (the residual connection fused into the projection); 0: y = x · Wᵀ.
+override ACC: u32 = 0u;
 override WG: u32 = 64u;
 const G: u32 = 32u;
 
@@ -26,6 +28,14 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;    // [T, K/4]
 @group(0) @binding(2) var<storage, read> w: array<u32>;          // [N padded to G, W_ROW] interleaved
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;    // [T, N]
+
+fn store(i: u32, v: f32) {
+    if ACC == 1u {
+        y[i] += v;
+    } else {
+        y[i] = v;
+    }
+}
 
 // Index of word 0 of row `row`; word j is at row_base(row) + j·G.
 fn row_base(row: u32) -> u32 {
@@ -126,7 +136,7 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
     for (var j = 0u; j < R; j++) {
         let n = n0 + j * G;
         if n < p.n {
-            y[t * p.n + n] = dot(acc[j], vec4<f32>(1.0));
+            store(t * p.n + n, dot(acc[j], vec4<f32>(1.0)));
         }
     }
 }
@@ -171,7 +181,7 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         for (var ri = 0u; ri < 4u; ri++) {
             if n0 + ri < p.n {
-                y[t * p.n + n0 + ri] = acc[ti][ri];
+                store(t * p.n + n0 + ri, acc[ti][ri]);
             }
         }
     }

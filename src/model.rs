@@ -119,12 +119,12 @@ struct Scratch {
     xn: wgpu::Buffer,     // [T, dim] normed
     qkv: wgpu::Buffer,    // [T, qkv_width]
     att: wgpu::Buffer,    // [T, n_head·hd]
-    proj: wgpu::Buffer,   // [T, dim]
     gu: wgpu::Buffer,     // [T, 2·ffn]
     h: wgpu::Buffer,      // [T, ffn]
     last: wgpu::Buffer,   // [1, dim] the last row of xn
     logits: wgpu::Buffer, // [T or 1, vocab]
     argmax: wgpu::Buffer, // [T or 1] u32
+    part: wgpu::Buffer,   // attention partials (ops::attention_scratch_bytes)
 }
 
 /// Which logits a forward pass computes.
@@ -231,12 +231,12 @@ impl Model {
             xn: gpu.storage("xn", f(t * d)).await?,
             qkv: gpu.storage("qkv", f(t * cfg.qkv_width())).await?,
             att: gpu.storage("att", f(t * cfg.n_head * hd)).await?,
-            proj: gpu.storage("proj", f(t * d)).await?,
             gu: gpu.storage("gate|up", f(t * 2 * cfg.ffn)).await?,
             h: gpu.storage("h", f(t * cfg.ffn)).await?,
             last: gpu.storage("last", f(d)).await?,
             logits: gpu.storage("logits", f(lrows * cfg.vocab)).await?,
             argmax: gpu.storage("argmax", f(lrows)).await?,
+            part: gpu.storage("attention partials", ops::attention_scratch_bytes(1, cfg.n_head, hd)).await?,
         };
         let pages = opts.kv_tokens.div_ceil(opts.page_size);
         let kv = KvCache::new(gpu, cfg.n_layer, pages, opts.page_size, cfg.n_kv_head, hd).await?;
@@ -295,16 +295,14 @@ impl Model {
             ops::rope(b, &s.qkv, &s.pos, &self.rope, &rope)?;
             let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
             ops::kv_write(b, &s.qkv, &src, &s.pos, &seq.table, table_len, kv)?;
-            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt() };
-            ops::attention(b, &s.qkv, &shape, &s.pos, &seq.table, table_len, kv, &s.att)?;
-            ops::matmul(b, &s.att, &l.wo, &s.proj, t)?;
-            ops::add(b, &s.x, &s.proj, t * d)?;
+            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: seq.len() + t };
+            ops::attention(b, &s.qkv, &shape, &s.pos, &seq.table, table_len, kv, &s.att, &s.part)?;
+            ops::matmul_acc(b, &s.att, &l.wo, &s.x, t)?; // x += att · woᵀ
             // feed-forward
             ops::rmsnorm(b, &s.x, &l.ffn_norm, &s.xn, t, d, c.eps)?;
             ops::matmul(b, &s.xn, &l.gate_up, &s.gu, t)?;
             ops::swiglu(b, &s.gu, &s.h, t, c.ffn)?;
-            ops::matmul(b, &s.h, &l.down, &s.proj, t)?;
-            ops::add(b, &s.x, &s.proj, t * d)?;
+            ops::matmul_acc(b, &s.h, &l.down, &s.x, t)?; // x += h · downᵀ
         }
         let head = self.output.as_ref().unwrap_or(&self.embed);
         match logits {

@@ -23,14 +23,17 @@ static EMBED: Kernel = kernel!("embed", "main", [Read, Read, ReadWrite]);
 static ADD: Kernel = kernel!("add", "main", [ReadWrite, Read]);
 static ARGMAX: Kernel = kernel!("argmax", "main", [Read, ReadWrite]);
 static KV_WRITE: Kernel = kernel!("kv_write", "main", [Read, Read, Read, ReadWrite, ReadWrite]);
-static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, Read, Read, ReadWrite]);
+static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, Read, Read, ReadWrite, ReadWrite]);
+static ATTENTION_COMBINE: Kernel = kernel!("attention", "combine", [Read, Read, Read, Read, Read, ReadWrite, ReadWrite]);
 
 /// Workgroup size of the matmul kernels along N.
 const MM_WG: u32 = 64;
 /// Most output rows per invocation of `matvec` (each x chunk is loaded once for all of them).
 const MV_ROWS: usize = 8;
-/// Fewest workgroups a `matvec` dispatch should have (fewer rows per invocation otherwise).
+/// Fewest workgroups a `matvec` dispatch should have (fewer rows per invocation otherwise), on a
+/// GPU and on a CPU adapter (lavapipe: measured in docs/BENCHMARKS.md).
 const MV_MIN_GROUPS: usize = 8;
+const MV_MIN_GROUPS_CPU: usize = 3;
 /// Token count from which prefill uses the 4×4-tiled matmul instead of one dot per output.
 const TILE_FROM: usize = 4;
 
@@ -109,16 +112,28 @@ fn u(v: usize) -> u32 {
 
 /// `y[t, n] = x[t, k] · Wᵀ` (weights dequantized in the shader).
 pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
+    matmul_into(b, x, w, y, t, false)
+}
+
+/// `y[t, n] += x[t, k] · Wᵀ`: a projection with the residual add fused in (one dispatch, not two).
+pub fn matmul_acc(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
+    matmul_into(b, x, w, y, t, true)
+}
+
+fn matmul_into(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool) -> Result<()> {
     need("matmul", "x", x, t * w.k)?;
     need("matmul", "y", y, t * w.n)?;
-    let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64)];
+    let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k))];
     if t < TILE_FROM {
         // As many rows per invocation as leave enough workgroups to keep every core busy.
         let invocations = |r: usize| w.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
-        let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= MV_MIN_GROUPS).unwrap_or(1);
+        // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
+        // (fewer x loads per weight); real GPUs want many workgroups in flight.
+        let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
+        let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
         let groups = [u(invocations(r)).div_ceil(MM_WG), u(t), 1];
-        let consts = [consts[0], consts[1], ("R", r as f64)];
+        let consts = [consts[0], consts[1], consts[2], ("R", r as f64)];
         b.dispatch(&MATVEC, &consts, &params, &[x, &w.buf, y], groups)
     } else {
         let groups = [u(w.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
@@ -211,16 +226,31 @@ pub fn kv_write(b: &mut Batch, src: &wgpu::Buffer, s: &KvSource, pos: &wgpu::Buf
     b.dispatch(&KV_WRITE, &[], &params, &[src, pos, table, &kv.k, &kv.v], groups_1d(b.gpu(), s.t * width / 2))
 }
 
-/// Shape of an attention call: `t` query rows of `q_stride` floats with `n_head` heads at the start.
+/// Shape of an attention call: `t` query rows of `q_stride` floats with `n_head` heads at the start,
+/// the last query at position `ctx - 1`.
 pub struct AttnShape {
     pub t: usize,
     pub n_head: usize,
     pub q_stride: usize,
     pub scale: f32,
+    pub ctx: usize,
 }
 
-/// Causal GQA attention of `t` queries at positions `pos` over the pages in `table`.
-pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buffer, table: &wgpu::Buffer, table_len: usize, kv: &KvPages, out: &wgpu::Buffer) -> Result<()> {
+/// Invocations from which attention is parallel enough without splitting positions.
+const ATTN_PARALLEL: usize = 256;
+/// Fewest positions one attention split covers.
+const ATTN_MIN_SPLIT: usize = 32;
+
+/// Bytes of the `part` scratch buffer `attention` needs for up to `t` queries of `n_head` heads.
+pub fn attention_scratch_bytes(t: usize, n_head: usize, head_dim: usize) -> u64 {
+    let splits = ATTN_PARALLEL.div_ceil(t * n_head).max(1);
+    (t * n_head * splits * (head_dim / 4 + 1) * 16) as u64
+}
+
+/// Causal GQA attention of `t` queries at positions `pos` over the pages in `table`. Few queries
+/// over a long context are split over positions (partials in `part`, then merged).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buffer, table: &wgpu::Buffer, table_len: usize, kv: &KvPages, out: &wgpu::Buffer, part: &wgpu::Buffer) -> Result<()> {
     if s.n_head % kv.n_kv != 0 || s.q_stride % 4 != 0 || s.n_head * kv.head_dim > s.q_stride {
         return Err(Error::shape("attention", format!("{} query heads over {} KV heads, rows of {}", s.n_head, kv.n_kv, s.q_stride)));
     }
@@ -228,6 +258,19 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     need("attention", "positions", pos, s.t)?;
     need("attention", "page table", table, table_len.max(1))?;
     need("attention", "out", out, s.t * s.n_head * kv.head_dim)?;
-    let params = [u(s.t), u(s.n_head), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.q_stride), s.scale.to_bits(), u(table_len)];
-    b.dispatch(&ATTENTION, &[], &params, &[q, pos, table, &kv.k, &kv.v, out], [u(s.t * s.n_head).div_ceil(64), 1, 1])
+    if s.ctx > table_len * kv.page_size {
+        return Err(Error::shape("attention", format!("context {} beyond {table_len} pages of {}", s.ctx, kv.page_size)));
+    }
+    let heads = s.t * s.n_head;
+    let stride = 16 * (kv.head_dim / 4 + 1) as u64;
+    let by_work = ATTN_PARALLEL.div_ceil(heads).min(s.ctx.div_ceil(ATTN_MIN_SPLIT));
+    let by_room = (part.size() / (stride * heads as u64)) as usize;
+    let splits = by_work.min(by_room).max(1);
+    let params = [u(s.t), u(s.n_head), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.q_stride), s.scale.to_bits(), u(table_len), u(splits)];
+    let buffers = [q, pos, table, &kv.k, &kv.v, out, part];
+    b.dispatch(&ATTENTION, &[], &params, &buffers, groups_1d(b.gpu(), heads * splits))?;
+    if splits > 1 {
+        b.dispatch(&ATTENTION_COMBINE, &[], &params, &buffers, [u(heads).div_ceil(64), 1, 1])?;
+    }
+    Ok(())
 }

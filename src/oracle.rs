@@ -1,5 +1,5 @@
 //! Plain CPU implementations of every kernel: obviously correct, slow, the reference the GPU
-//! kernels are tested against (and, later, the reference forward pass for the tiny model).
+//! kernels are tested against (and, in `testmodel`, of the tiny model's forward pass).
 //! Weight dequantization lives in `quant::dequantize`.
 
 use half::f16;

@@ -13,6 +13,8 @@ use crate::quant::{self, Format};
 #[derive(Clone, Debug)]
 pub enum Check {
     Matmul { format: Format, t: usize, k: usize, n: usize },
+    /// `y += x · Wᵀ` (the residual fused into a projection).
+    MatmulAcc { format: Format, t: usize, k: usize, n: usize },
     RmsNorm { rows: usize, dim: usize },
     Rope { t: usize, heads: usize, extra_heads: usize, head_dim: usize, max_pos: usize },
     SwiGlu { t: usize, f: usize },
@@ -38,6 +40,7 @@ impl Check {
     pub fn name(&self) -> String {
         match self {
             Check::Matmul { format, t, k, n } => format!("matmul {} T={t} K={k} N={n}", format.name()),
+            Check::MatmulAcc { format, t, k, n } => format!("matmul+= {} T={t} K={k} N={n}", format.name()),
             Check::RmsNorm { rows, dim } => format!("rmsnorm rows={rows} dim={dim}"),
             Check::Rope { t, heads, extra_heads, head_dim, max_pos } => format!("rope T={t} heads={heads}+{extra_heads} hd={head_dim} max_pos={max_pos}"),
             Check::SwiGlu { t, f } => format!("swiglu T={t} F={f}"),
@@ -58,6 +61,8 @@ impl Check {
             v.push(Check::Matmul { format, t: 1, k: 96, n: 37 });
             v.push(Check::Matmul { format, t: 7, k: 64, n: 45 });
         }
+        v.push(Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 64, n: 33 });
+        v.push(Check::MatmulAcc { format: Format::Q4_1, t: 5, k: 64, n: 33 });
         v.extend([
             Check::RmsNorm { rows: 3, dim: 100 },
             Check::Rope { t: 5, heads: 3, extra_heads: 1, head_dim: 16, max_pos: 300 },
@@ -76,7 +81,8 @@ impl Check {
         let mut rng = Rng(seed);
         let name = self.name();
         match *self {
-            Check::Matmul { format, t, k, n } => matmul(gpu, &mut rng, name, format, t, k, n, reps).await,
+            Check::Matmul { format, t, k, n } => matmul(gpu, &mut rng, name, [t, k, n], format, false, reps).await,
+            Check::MatmulAcc { format, t, k, n } => matmul(gpu, &mut rng, name, [t, k, n], format, true, reps).await,
             Check::RmsNorm { rows, dim } => {
                 let x = rng.vec(rows * dim, 2.0);
                 let w = rng.vec(dim, 1.0);
@@ -167,16 +173,25 @@ impl Report {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, format: Format, t: usize, k: usize, n: usize, reps: usize) -> Result<Report> {
+async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], format: Format, acc: bool, reps: usize) -> Result<Report> {
     let x = rng.vec(t * k, 1.0);
     let wq = quant::quantize(format, &rng.vec(n * k, 0.5))?;
     let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
     let xb = gpu.upload("x", &x).await?;
-    let yb = gpu.storage("y", 4 * (t * n) as u64).await?;
-    let ms = execute(gpu, reps, |b| ops::matmul(b, &xb, &w, &yb, t)).await?;
-    let got = gpu.read_f32(&yb, t * n).await?;
+    let y0 = rng.vec(t * n, 1.0);
+    let yb = gpu.upload("y", &y0).await?;
     let (want, mag) = oracle::matmul(&x, &quant::dequantize(format, &wq)?, t, k, n);
+    let got = if acc {
+        ops_once(gpu, |b| ops::matmul_acc(b, &xb, &w, &yb, t)).await?;
+        let got = gpu.read_f32(&yb, t * n).await?;
+        let want: Vec<f32> = want.iter().zip(&y0).map(|(a, b)| a + b).collect();
+        let max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * (mag[i] + y0[i].abs()))?;
+        return Ok(Report { name, max_err, ms: None, rate: None });
+    } else {
+        let ms = execute(gpu, reps, |b| ops::matmul(b, &xb, &w, &yb, t)).await?;
+        (gpu.read_f32(&yb, t * n).await?, ms)
+    };
+    let (got, ms) = got;
     let max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * mag[i])?;
     let (work, unit) = if t == 1 { (w.buf.size() as f64, "GB/s") } else { (2.0 * (t * k * n) as f64, "GFLOP/s") };
     Ok(Report::timed(name, max_err, ms, work, unit))
@@ -233,8 +248,9 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
     let pb = gpu.upload("pos", &all_pos[past..]).await?;
     let ob = gpu.storage("out", 4 * (t * qw) as u64).await?;
     let scale = 1.0 / (hd as f32).sqrt();
-    let shape = AttnShape { t, n_head, q_stride: stride, scale };
-    let ms = execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ob)).await?;
+    let shape = AttnShape { t, n_head, q_stride: stride, scale, ctx };
+    let part = gpu.storage("partials", ops::attention_scratch_bytes(t, n_head, hd)).await?;
+    let ms = execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ob, &part)).await?;
     let got = gpu.read_f32(&ob, t * qw).await?;
     let q: Vec<f32> = new.chunks_exact(stride).flat_map(|r| r[..qw].iter().copied()).collect();
     let want = oracle::attention(&q, &kc, &vc, &all_pos[past..], n_head, n_kv, hd, scale);

@@ -73,6 +73,11 @@ gpu_test!(matmul_f16, native: mm(Format::F16, &[(1, 100, 33), (9, 36, 17), (1, 2
 gpu_test!(matmul_q8_0, native: mm(Format::Q8_0, NATIVE_MM), browser: mm(Format::Q8_0, BROWSER_MM));
 gpu_test!(matmul_q4_1, native: mm(Format::Q4_1, NATIVE_MM), browser: mm(Format::Q4_1, BROWSER_MM));
 
+gpu_test!(matmul_accumulate,
+    native: [Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 576, n: 577 }, Check::MatmulAcc { format: Format::Q4_1, t: 13, k: 1536, n: 67 },
+             Check::MatmulAcc { format: Format::Q8_0, t: 2, k: 64, n: 9 }],
+    browser: [Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 64, n: 33 }, Check::MatmulAcc { format: Format::Q4_1, t: 5, k: 64, n: 33 }]);
+
 gpu_test!(rmsnorm,
     native: [Check::RmsNorm { rows: 1, dim: 576 }, Check::RmsNorm { rows: 67, dim: 1001 }],
     browser: [Check::RmsNorm { rows: 3, dim: 100 }]);
@@ -107,8 +112,11 @@ gpu_test!(attention,
         Check::Attention { past: 0, t: 37, n_head: 4, n_kv: 4, head_dim: 32, page: 16, pool: 4 },
         Check::Attention { past: 21, t: 19, n_head: 9, n_kv: 3, head_dim: 64, page: 8, pool: 9 },
         Check::Attention { past: 130, t: 3, n_head: 6, n_kv: 2, head_dim: 128, page: 16, pool: 12 },
+        // Few queries over a long context: split over positions, then combined.
+        Check::Attention { past: 300, t: 2, n_head: 3, n_kv: 1, head_dim: 64, page: 16, pool: 20 },
     ],
     browser: [
         Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
         Check::Attention { past: 0, t: 3, n_head: 2, n_kv: 2, head_dim: 8, page: 2, pool: 3 },
+        Check::Attention { past: 70, t: 1, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 9 },
     ]);
