@@ -31,6 +31,25 @@ pub enum Value {
 }
 
 impl Value {
+    /// The GGUF value-type id of this value.
+    pub fn type_id(&self) -> u32 {
+        match self {
+            Value::U8(_) => 0,
+            Value::I8(_) => 1,
+            Value::U16(_) => 2,
+            Value::I16(_) => 3,
+            Value::U32(_) => 4,
+            Value::I32(_) => 5,
+            Value::F32(_) => 6,
+            Value::Bool(_) => 7,
+            Value::Str(_) => 8,
+            Value::Array(_) => 9,
+            Value::U64(_) => 10,
+            Value::I64(_) => 11,
+            Value::F64(_) => 12,
+        }
+    }
+
     /// The value as an unsigned integer, if it is a non-negative integer of any width.
     pub fn as_u64(&self) -> Option<u64> {
         match *self {
@@ -331,64 +350,51 @@ impl Gguf {
     }
 }
 
+/// Appends a GGUF string (u64 length, then the bytes).
+pub fn encode_str(out: &mut Vec<u8>, s: &str) {
+    out.extend((s.len() as u64).to_le_bytes());
+    out.extend(s.as_bytes());
+}
+
+/// Appends a GGUF value (without its type id; arrays carry their element type and count).
+pub fn encode_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::U8(x) => out.push(*x),
+        Value::I8(x) => out.push(*x as u8),
+        Value::U16(x) => out.extend(x.to_le_bytes()),
+        Value::I16(x) => out.extend(x.to_le_bytes()),
+        Value::U32(x) => out.extend(x.to_le_bytes()),
+        Value::I32(x) => out.extend(x.to_le_bytes()),
+        Value::F32(x) => out.extend(x.to_le_bytes()),
+        Value::Bool(x) => out.push(*x as u8),
+        Value::Str(s) => encode_str(out, s),
+        Value::Array(a) => {
+            out.extend(a.first().map_or(4, Value::type_id).to_le_bytes());
+            out.extend((a.len() as u64).to_le_bytes());
+            a.iter().for_each(|e| encode_value(out, e));
+        }
+        Value::U64(x) => out.extend(x.to_le_bytes()),
+        Value::I64(x) => out.extend(x.to_le_bytes()),
+        Value::F64(x) => out.extend(x.to_le_bytes()),
+    }
+}
+
 /// Writes a GGUF v3 file (for the tiny test model and fuzz seeds). Tensors are `(name, dims,
 /// ggml type, bytes)`; the bytes must match type and shape.
 pub fn write(metadata: &[(&str, Value)], tensors: &[(&str, &[u64], u32, &[u8])]) -> Vec<u8> {
-    fn put_str(out: &mut Vec<u8>, s: &str) {
-        out.extend((s.len() as u64).to_le_bytes());
-        out.extend(s.as_bytes());
-    }
-    fn type_of(v: &Value) -> u32 {
-        match v {
-            Value::U8(_) => 0,
-            Value::I8(_) => 1,
-            Value::U16(_) => 2,
-            Value::I16(_) => 3,
-            Value::U32(_) => 4,
-            Value::I32(_) => 5,
-            Value::F32(_) => 6,
-            Value::Bool(_) => 7,
-            Value::Str(_) => 8,
-            Value::Array(_) => 9,
-            Value::U64(_) => 10,
-            Value::I64(_) => 11,
-            Value::F64(_) => 12,
-        }
-    }
-    fn put_value(out: &mut Vec<u8>, v: &Value) {
-        match v {
-            Value::U8(x) => out.push(*x),
-            Value::I8(x) => out.push(*x as u8),
-            Value::U16(x) => out.extend(x.to_le_bytes()),
-            Value::I16(x) => out.extend(x.to_le_bytes()),
-            Value::U32(x) => out.extend(x.to_le_bytes()),
-            Value::I32(x) => out.extend(x.to_le_bytes()),
-            Value::F32(x) => out.extend(x.to_le_bytes()),
-            Value::Bool(x) => out.push(*x as u8),
-            Value::Str(s) => put_str(out, s),
-            Value::Array(a) => {
-                out.extend(a.first().map_or(4, type_of).to_le_bytes());
-                out.extend((a.len() as u64).to_le_bytes());
-                a.iter().for_each(|e| put_value(out, e));
-            }
-            Value::U64(x) => out.extend(x.to_le_bytes()),
-            Value::I64(x) => out.extend(x.to_le_bytes()),
-            Value::F64(x) => out.extend(x.to_le_bytes()),
-        }
-    }
     let mut out = Vec::new();
     out.extend(MAGIC);
     out.extend(3u32.to_le_bytes());
     out.extend((tensors.len() as u64).to_le_bytes());
     out.extend((metadata.len() as u64).to_le_bytes());
     for (k, v) in metadata {
-        put_str(&mut out, k);
-        out.extend(type_of(v).to_le_bytes());
-        put_value(&mut out, v);
+        encode_str(&mut out, k);
+        out.extend(v.type_id().to_le_bytes());
+        encode_value(&mut out, v);
     }
     let mut offset = 0u64;
     for (name, dims, ty, bytes) in tensors {
-        put_str(&mut out, name);
+        encode_str(&mut out, name);
         out.extend((dims.len() as u32).to_le_bytes());
         dims.iter().for_each(|d| out.extend(d.to_le_bytes()));
         out.extend(ty.to_le_bytes());

@@ -14,7 +14,7 @@
 
 use std::path::Path;
 
-use hotprefix::gguf::{write, Gguf, Value};
+use hotprefix::gguf::{self, write, Gguf, Value};
 
 fn f16s(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect()
@@ -84,47 +84,10 @@ struct Raw(Vec<u8>);
 
 impl Raw {
     fn str(&mut self, s: &str) {
-        self.0.extend((s.len() as u64).to_le_bytes());
-        self.0.extend(s.as_bytes());
-    }
-    fn type_of(v: &Value) -> u32 {
-        match v {
-            Value::U8(_) => 0,
-            Value::I8(_) => 1,
-            Value::U16(_) => 2,
-            Value::I16(_) => 3,
-            Value::U32(_) => 4,
-            Value::I32(_) => 5,
-            Value::F32(_) => 6,
-            Value::Bool(_) => 7,
-            Value::Str(_) => 8,
-            Value::Array(_) => 9,
-            Value::U64(_) => 10,
-            Value::I64(_) => 11,
-            Value::F64(_) => 12,
-        }
+        gguf::encode_str(&mut self.0, s);
     }
     fn value(&mut self, v: &Value) {
-        let o = &mut self.0;
-        match v {
-            Value::U8(x) => o.push(*x),
-            Value::I8(x) => o.push(*x as u8),
-            Value::U16(x) => o.extend(x.to_le_bytes()),
-            Value::I16(x) => o.extend(x.to_le_bytes()),
-            Value::U32(x) => o.extend(x.to_le_bytes()),
-            Value::I32(x) => o.extend(x.to_le_bytes()),
-            Value::F32(x) => o.extend(x.to_le_bytes()),
-            Value::Bool(x) => o.push(*x as u8),
-            Value::Str(s) => self.str(s),
-            Value::Array(a) => {
-                o.extend(a.first().map_or(4, Self::type_of).to_le_bytes());
-                o.extend((a.len() as u64).to_le_bytes());
-                a.iter().for_each(|e| self.value(e));
-            }
-            Value::U64(x) => o.extend(x.to_le_bytes()),
-            Value::I64(x) => o.extend(x.to_le_bytes()),
-            Value::F64(x) => o.extend(x.to_le_bytes()),
-        }
+        gguf::encode_value(&mut self.0, v);
     }
 }
 
@@ -138,7 +101,7 @@ fn slim_real_header(file: &[u8]) -> Vec<u8> {
     r.0.extend((g.metadata.len() as u64).to_le_bytes());
     for (k, v) in &g.metadata {
         r.str(k);
-        r.0.extend(Raw::type_of(v).to_le_bytes());
+        r.0.extend(v.type_id().to_le_bytes());
         match v {
             Value::Array(a) if a.len() > 64 => r.value(&Value::Array(a[..64].to_vec())),
             v => r.value(v),
