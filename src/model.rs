@@ -240,7 +240,7 @@ impl Model {
         };
         let pages = opts.kv_tokens.div_ceil(opts.page_size);
         let kv = KvCache::new(gpu, cfg.n_layer, pages, opts.page_size, cfg.n_kv_head, hd).await?;
-        let mut weight_bytes = embed.buf.size() + output.as_ref().map_or(0, |w| w.buf.size());
+        let mut weight_bytes = embed.buf.size() + output.as_ref().map_or(0, |w| w.buf.size()) + output_norm.size();
         for l in &layers {
             weight_bytes += [&l.qkv, &l.wo, &l.gate_up, &l.down].iter().map(|w| w.buf.size()).sum::<u64>();
             weight_bytes += l.attn_norm.size() + l.ffn_norm.size();

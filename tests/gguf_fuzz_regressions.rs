@@ -11,8 +11,8 @@ use hotprefix::Error;
 
 /// What each regression file must parse to: `Ok(tensor count)` or `Err(part of the message)`.
 const EXPECTED: &[(&str, Result<usize, &str>)] = &[
-    ("seed_tiny_all_types.gguf", Ok(4)),
-    ("seed_real_header_slim.gguf", Err("tensor token_embd.weight: data ends at byte 30100832, file has 23904")),
+    ("seed_tiny_all_types.bin", Ok(4)),
+    ("seed_real_header_slim.bin", Err("tensor token_embd.weight: data ends at byte 30100832, file has 23904")),
     ("ok_empty_tensor_huge_dim.bin", Ok(1)),
     ("short_magic.bin", Err("magic: needs 4 bytes at offset 0, file has 1")),
     ("bad_magic.bin", Err("not a GGUF file (magic [47, 15, 00, 00])")),

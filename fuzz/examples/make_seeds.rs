@@ -2,10 +2,10 @@
 //!
 //!     cd fuzz && cargo run --example make_seeds [path/to/model.gguf]
 //!
-//! - `tiny_*.gguf`: small valid files made with `hotprefix::gguf::write` (every metadata type,
+//! - `tiny_*.bin`: small valid files made with `hotprefix::gguf::write` (every metadata type,
 //!   arrays, F32/F16/Q8_0/Q4_1 tensors);
-//! - `real_head_64k.gguf`: the first 64 KiB of the real model (cut inside the tokenizer arrays);
-//! - `real_header_slim.gguf`: the real model's metadata with its big arrays cut to 64 entries and
+//! - `real_head_64k.bin`: the first 64 KiB of the real model (cut inside the tokenizer arrays);
+//! - `real_header_slim.bin`: the real model's metadata with its big arrays cut to 64 entries and
 //!   its whole tensor table, followed by 4 KiB of zeros instead of ~96 MB of weights (the parser
 //!   reports the first tensor's data as beyond the end of the file).
 //!
@@ -71,11 +71,11 @@ fn tiny_files() -> Vec<(&'static str, Vec<u8>)> {
         ("q4_1", &[32], 3, &q4),
     ];
     vec![
-        ("tiny_all_types.gguf", write(&all_types, &tensors)),
-        ("tiny_q8_q4.gguf", write(&all_types[..3], &tensors[2..])),
-        ("tiny_no_metadata.gguf", write(&[], &tensors[..1])),
-        ("tiny_metadata_only.gguf", write(&all_types[13..], &[])),
-        ("tiny_empty.gguf", write(&[], &[])),
+        ("tiny_all_types.bin", write(&all_types, &tensors)),
+        ("tiny_q8_q4.bin", write(&all_types[..3], &tensors[2..])),
+        ("tiny_no_metadata.bin", write(&[], &tensors[..1])),
+        ("tiny_metadata_only.bin", write(&all_types[13..], &[])),
+        ("tiny_empty.bin", write(&[], &[])),
     ]
 }
 
@@ -132,8 +132,8 @@ fn main() {
     });
     match std::fs::read(&model) {
         Ok(file) => {
-            seeds.push(("real_head_64k.gguf", file[..file.len().min(64 << 10)].to_vec()));
-            seeds.push(("real_header_slim.gguf", slim_real_header(&file)));
+            seeds.push(("real_head_64k.bin", file[..file.len().min(64 << 10)].to_vec()));
+            seeds.push(("real_header_slim.bin", slim_real_header(&file)));
         }
         Err(e) => eprintln!("{model}: {e}; writing only the tiny seeds"),
     }
