@@ -95,7 +95,7 @@ impl Engine {
 
     /// Tokens a prompt plus its completion may use at most.
     pub fn context_size(&self) -> usize {
-        self.seq.max_tokens(&self.model.kv)
+        self.seq.max_tokens(&self.model.kv).min(self.model.max_positions())
     }
 
     /// Renders `messages` with the model's chat template and tokenizes the result. Message
@@ -131,8 +131,12 @@ impl Engine {
         if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= self.model.cfg.vocab) {
             return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {}", self.model.cfg.vocab)));
         }
-        if prompt.len() + params.max_tokens > self.context_size() {
-            return Err(Error::ContextFull { needed: prompt.len() + params.max_tokens, capacity: self.context_size() });
+        if params.stop.iter().any(|s| s.is_empty()) {
+            return Err(Error::InvalidArgument("empty stop string".into()));
+        }
+        let needed = prompt.len().saturating_add(params.max_tokens);
+        if needed > self.context_size() {
+            return Err(Error::ContextFull { needed, capacity: self.context_size() });
         }
         let t0 = now_ms();
         // Keep the common prefix; always recompute at least the last prompt token for its logits.
@@ -151,6 +155,7 @@ impl Engine {
         let mut dec = StreamDecoder::new();
         let hold = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
         let mut finish = Finish::Length;
+        let mut steps = 0usize;
         while out.len() < params.max_tokens {
             if self.stop_ids.contains(&next) {
                 finish = Finish::Stop;
@@ -174,10 +179,13 @@ impl Engine {
             }
             self.model.forward(&self.gpu, &mut self.seq, &[next], Logits::Last).await?;
             self.held.push(next);
+            steps += 1;
             let mut recent = prompt.to_vec();
             recent.extend(&out);
             next = self.pick(&mut sampler, &recent).await?;
         }
+        // At max_tokens an incomplete trailing character is flushed (as U+FFFD); after an
+        // end-of-turn token or a stop string there is nothing more to say.
         if finish == Finish::Length {
             text.push_str(&dec.finish());
         }
@@ -190,7 +198,7 @@ impl Engine {
         let timings = Timings {
             ttft_ms: t_first - t0,
             prefill_tok_s: if prefill_s > 0.0 { new.len() as f64 / prefill_s } else { 0.0 },
-            decode_tok_s: if decode_s > 0.0 && out.len() > 1 { (out.len() - 1) as f64 / decode_s } else { 0.0 },
+            decode_tok_s: if decode_s > 0.0 && steps > 0 { steps as f64 / decode_s } else { 0.0 },
         };
         Ok(Generation { text, tokens: out, prompt_tokens: prompt.len(), cached_tokens: common, finish, timings })
     }
@@ -200,7 +208,12 @@ impl Engine {
     async fn pick(&self, sampler: &mut Sampler, recent: &[u32]) -> Result<u32> {
         if sampler.is_greedy() {
             let ids = self.model.read_argmax(&self.gpu, 1).await?;
-            return ids.first().copied().ok_or_else(|| Error::Readback("no argmax".into()));
+            // The GPU argmax answers u32::MAX when every logit is NaN.
+            return ids
+                .first()
+                .copied()
+                .filter(|&id| (id as usize) < self.model.cfg.vocab)
+                .ok_or_else(|| Error::InvalidArgument("no finite logit to pick from (all NaN)".into()));
         }
         let mut logits = self.model.read_logits(&self.gpu, 1).await?;
         sampler.sample(&mut logits, recent)

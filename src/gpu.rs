@@ -257,6 +257,23 @@ impl Gpu {
         staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {
             let _ = tx.send(r);
         });
+        let out = self.finish_read(&staging, rx, scopes, bytes, size).await;
+        if out.is_err() {
+            // A staging buffer left mapped or pending would fail every later read: drop it.
+            staging.unmap();
+            *self.staging.borrow_mut() = None;
+        }
+        out
+    }
+
+    async fn finish_read(
+        &self,
+        staging: &wgpu::Buffer,
+        rx: futures_channel::oneshot::Receiver<Result<(), wgpu::BufferAsyncError>>,
+        scopes: Scopes,
+        bytes: u64,
+        size: u64,
+    ) -> Result<Vec<u8>> {
         scopes.pop(self).await?;
         #[cfg(not(target_arch = "wasm32"))]
         self.device
@@ -268,9 +285,7 @@ impl Gpu {
             return Err(Error::Readback(e.to_string()));
         }
         let out = {
-            let view = staging
-                .get_mapped_range(0..size)
-                .map_err(|e| Error::Readback(e.to_string()))?;
+            let view = staging.get_mapped_range(0..size).map_err(|e| Error::Readback(e.to_string()))?;
             view[..bytes as usize].to_vec()
         };
         staging.unmap();
@@ -454,8 +469,8 @@ impl Scopes {
     }
 
     async fn pop(self, gpu: &Gpu) -> Result<()> {
-        let v = self.validation.pop().await;
-        let o = self.oom.pop().await;
+        let (v, o) = (self.validation.pop(), self.oom.pop());
+        let (v, o) = (v.await, o.await);
         gpu.check_alive()?;
         if let Some(e) = o {
             return Err(Error::OutOfMemory(e.to_string()));
@@ -548,8 +563,8 @@ impl<'g> Batch<'g> {
     /// Submits everything and reports any GPU error raised while recording or submitting.
     pub async fn submit(mut self) -> Result<()> {
         self.flush();
+        // `batch_open` is cleared when `self` drops, after the scopes are popped.
         let scopes = self.scopes.take();
-        self.gpu.batch_open.set(false);
         match scopes {
             Some(s) => s.pop(self.gpu).await,
             None => Ok(()),

@@ -86,15 +86,15 @@ impl Sequence {
 
     /// Keeps the first `n` tokens (a no-op when `n ≥ len`), returning pages no longer needed.
     pub fn truncate(&mut self, cache: &mut KvCache, n: usize) {
-        if n >= self.len {
-            return;
+        self.len = self.len.min(n);
+        // Pages past the kept tokens go back, including any reserved by a forward pass that failed.
+        let keep = self.len.div_ceil(cache.page_size);
+        if self.pages.len() > keep {
+            for p in self.pages.drain(keep..) {
+                cache.release(p);
+            }
+            self.dirty = true;
         }
-        self.len = n;
-        let keep = n.div_ceil(cache.page_size);
-        for p in self.pages.drain(keep..) {
-            cache.release(p);
-        }
-        self.dirty = true;
     }
 
     /// Makes room for `t` more tokens (allocating pages) and returns the page-table length the

@@ -1,6 +1,10 @@
 //! hotprefix: small LLMs on WebGPU with the attention KV cache kept resident on the GPU.
 //!
-//! This crate is the GPU kernel core so far:
+//! - [`engine::Engine`] loads a GGUF llama-family model (the default is SmolLM2-135M-Instruct),
+//!   renders its own chat template, tokenizes, and generates, keeping the sequence's KV resident
+//!   and reusing the longest common prefix of the next prompt;
+//! - [`model`] is the forward pass over a paged KV cache ([`kv`]), [`gguf`] the validated reader,
+//!   [`tokenizer`], [`chat`] and [`sample`] the CPU-side pieces;
 //! - [`gpu::Gpu`] owns adapter, device and queue (browser WebGPU on wasm32, Vulkan/Metal/DX12/GL
 //!   natively), turns GPU errors and device loss into [`Error`]s and caches pipelines and bind
 //!   groups;
@@ -10,7 +14,7 @@
 //! - [`oracle`] and [`quant`] are the plain CPU references every kernel is tested against;
 //! - [`selftest`] runs those comparisons, natively, in the browser and on the demo page.
 //!
-//! It does not (yet) load models, tokenize or generate: see the issues.
+//! Not yet: a prefix index shared between sequences, miss diagnostics, the JS worker API.
 
 pub mod chat;
 pub mod engine;

@@ -192,6 +192,11 @@ impl Model {
         if opts.chunk == 0 || opts.page_size == 0 || opts.kv_tokens == 0 {
             return Err(Error::InvalidArgument(format!("{opts:?}: sizes must be positive")));
         }
+        // More KV than the model has positions is never used.
+        let opts = Options { kv_tokens: opts.kv_tokens.min(cfg.context), ..opts };
+        if g.tensors.len() < cfg.n_layer {
+            return Err(Error::Model(format!("{} layers declared, only {} tensors in the file", cfg.n_layer, g.tensors.len())));
+        }
         let (d, hd) = (cfg.dim, cfg.head_dim);
         let embd = g.tensor("token_embd.weight")?;
         if embd.ggml_type != Format::Q8_0.ggml_type() {
@@ -202,6 +207,11 @@ impl Model {
             Ok(_) => Some(fused(gpu, &g, file, &["output.weight".to_string()], d).await?),
             Err(_) => None,
         };
+        if let Some(o) = &output {
+            if o.n != cfg.vocab {
+                return Err(Error::Model(format!("output.weight has {} rows for a vocabulary of {}", o.n, cfg.vocab)));
+            }
+        }
         let output_norm = vector(gpu, &g, file, "output_norm.weight", d).await?;
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
@@ -248,9 +258,14 @@ impl Model {
         Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, kv, weight_bytes })
     }
 
+    /// Positions a sequence can reach: the trained context, bounded by the KV cache's size.
+    pub fn max_positions(&self) -> usize {
+        self.cfg.context.min(self.rope.size() as usize / (4 * self.cfg.head_dim))
+    }
+
     /// A new, empty sequence on this model's KV cache, able to grow to `max_tokens`.
     pub async fn sequence(&self, gpu: &Gpu, max_tokens: usize) -> Result<Sequence> {
-        Sequence::new(gpu, &self.kv, max_tokens.min(self.cfg.context)).await
+        Sequence::new(gpu, &self.kv, max_tokens.min(self.max_positions())).await
     }
 
     /// Runs `tokens` (at most `chunk`) through the model at positions `seq.len()..`, writing their
@@ -268,8 +283,8 @@ impl Model {
             return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {}", c.vocab)));
         }
         let start = seq.len();
-        if start + t > c.context.min(self.rope.size() as usize / (4 * c.head_dim)) {
-            return Err(Error::ContextFull { needed: start + t, capacity: c.context.min(self.opts.kv_tokens) });
+        if start + t > self.max_positions() {
+            return Err(Error::ContextFull { needed: start + t, capacity: self.max_positions() });
         }
         let table_len = seq.reserve(gpu, &mut self.kv, t)?;
         let pos: Vec<u32> = (start as u32..(start + t) as u32).collect();

@@ -75,7 +75,10 @@ impl KvPages {
         if head_dim % 4 != 0 || head_dim > 128 || page_size == 0 || n_kv == 0 {
             return Err(Error::shape("kv pages", format!("head_dim {head_dim} (multiple of 4, ≤ 128), page size {page_size}, {n_kv} KV heads")));
         }
-        let bytes = (pages * n_kv * page_size * head_dim * 2) as u64;
+        let bytes = [pages, n_kv, page_size, head_dim, 2]
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+            .ok_or_else(|| Error::TooLarge { what: format!("KV pages ({pages} pages of {page_size} tokens)"), bytes: u64::MAX, limit: gpu.limits.max_buffer_size })?;
         Ok(KvPages {
             k: gpu.storage("k pages", bytes).await?,
             v: gpu.storage("v pages", bytes).await?,

@@ -3,7 +3,8 @@
 //! Order of operations (llama.cpp's, minus the exotic samplers):
 //! 1. repetition penalty over the distinct tokens among the last `repeat_last_n` of `recent`;
 //! 2. temperature 0 → argmax (lowest id on ties, NaN never wins — the same rule as the GPU
-//!    `argmax` kernel, so both paths agree);
+//!    `argmax` kernel; all-NaN logits are an error here and an out-of-range id there, which the
+//!    engine turns into the same error);
 //! 3. otherwise top-k, softmax with temperature, top-p, then one draw from a seeded generator.
 //!
 //! The generator is [`crate::selftest::Rng`] (SplitMix64) seeded with [`SamplingParams::seed`]:

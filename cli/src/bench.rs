@@ -102,12 +102,16 @@ pub async fn model(path: &str, json: bool) -> Result<()> {
     // Token ids past the control tokens, drawn from a fixed seed: the same prompt every run.
     let mut rng = Rng(7);
     let vocab = m.cfg.vocab;
+    if vocab <= 17 || m.max_positions() < 1500 + 128 {
+        return Err(hotprefix::Error::Model("the model bench needs a vocabulary past the control tokens and 1,628 positions".into()));
+    }
     let prompt: Vec<u32> = (0..1500).map(|_| 17 + rng.below(vocab - 17) as u32).collect();
+    // One sequence, cleared between runs: no buffers are created per run.
+    let mut seq = m.sequence(&gpu, 1500 + 128).await?;
     let mut prefill = Vec::new();
     for n in [128usize, 512, 1500] {
         let mut runs = Vec::new();
         for _ in 0..3 {
-            let mut seq = m.sequence(&gpu, n).await?;
             let t = now_ms();
             m.prefill(&gpu, &mut seq, &prompt[..n]).await?;
             m.read_argmax(&gpu, 1).await?;
@@ -120,7 +124,6 @@ pub async fn model(path: &str, json: bool) -> Result<()> {
     for n in [128usize, 1500] {
         let mut runs = Vec::new();
         for _ in 0..3 {
-            let mut seq = m.sequence(&gpu, n + 128).await?;
             m.prefill(&gpu, &mut seq, &prompt[..n]).await?;
             let mut next = m.read_argmax(&gpu, 1).await?[0];
             let t = now_ms();

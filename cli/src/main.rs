@@ -170,11 +170,17 @@ async fn run(model: &str, prompt: Option<String>, messages: Option<String>, para
 }
 
 async fn score(model: &str, tokens: &[u32], top: usize, greedy: usize) -> Result<()> {
+    let total = tokens.len().checked_add(greedy).filter(|&n| n <= 1 << 20).ok_or_else(|| {
+        Error::InvalidArgument(format!("{} tokens + {greedy} greedy steps is more than any context", tokens.len()))
+    })?;
     let file = read_model(model)?;
     let gpu = Gpu::new().await?;
-    let opts = Options { chunk: 64, kv_tokens: (tokens.len() + greedy).next_multiple_of(16).max(16), all_logits: true, ..Options::default() };
+    let opts = Options { chunk: 64, kv_tokens: total.next_multiple_of(16).max(16), all_logits: true, ..Options::default() };
     let mut m = Model::load(&gpu, &file, opts).await?;
-    let mut seq = m.sequence(&gpu, tokens.len() + greedy).await?;
+    if total > m.max_positions() {
+        return Err(Error::ContextFull { needed: total, capacity: m.max_positions() });
+    }
+    let mut seq = m.sequence(&gpu, total).await?;
     let mut positions = Vec::with_capacity(tokens.len());
     let mut last = 0u32;
     m.score(&gpu, &mut seq, tokens, |_, row| {
