@@ -56,6 +56,9 @@ const PARAM_SLOTS: u64 = 4096;
 /// Largest parameter block a kernel may use, in bytes.
 pub const MAX_PARAMS: usize = 64;
 
+/// A kernel's bind group layout and the pipeline layout made of it.
+type Layouts = (wgpu::BindGroupLayout, wgpu::PipelineLayout);
+
 /// The GPU: owns the device, queue and every cache. Create one per engine; pass it by reference.
 pub struct Gpu {
     pub device: wgpu::Device,
@@ -66,7 +69,7 @@ pub struct Gpu {
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<String>>>,
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
-    layouts: RefCell<HashMap<(&'static str, &'static str), (wgpu::BindGroupLayout, wgpu::PipelineLayout)>>,
+    layouts: RefCell<HashMap<(&'static str, &'static str), Layouts>>,
     pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
     bind_groups: RefCell<HashMap<BindKey, wgpu::BindGroup>>,
     params: wgpu::Buffer,
@@ -213,7 +216,7 @@ impl Gpu {
     /// Queues a write of `data` at byte `offset` (applied before the next submission runs).
     pub fn write<T: bytemuck::Pod>(&self, buf: &wgpu::Buffer, offset: u64, data: &[T]) {
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        if bytes.len() % 4 == 0 {
+        if bytes.len().is_multiple_of(4) {
             self.queue.write_buffer(buf, offset, bytes);
         } else {
             let mut padded = bytes.to_vec();

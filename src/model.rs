@@ -46,7 +46,7 @@ impl Config {
             dim,
             n_head,
             n_kv_head,
-            head_dim: if n_head > 0 { dim / n_head } else { 0 },
+            head_dim: dim.checked_div(n_head).unwrap_or(0),
             ffn: u("feed_forward_length")?,
             vocab: embd.dims.get(1).copied().unwrap_or(0) as usize,
             context: u("context_length")?,
@@ -57,10 +57,10 @@ impl Config {
         if c.n_layer == 0 || c.dim == 0 || c.n_head == 0 || c.n_kv_head == 0 || c.ffn == 0 || c.vocab == 0 {
             return bad(format!("zero-sized dimension in {c:?}"));
         }
-        if c.dim % c.n_head != 0 || c.n_head % c.n_kv_head != 0 {
+        if !c.dim.is_multiple_of(c.n_head) || !c.n_head.is_multiple_of(c.n_kv_head) {
             return bad(format!("{} heads must divide width {} and be a multiple of {} KV heads", c.n_head, c.dim, c.n_kv_head));
         }
-        if c.head_dim % 4 != 0 || c.head_dim > 128 {
+        if !c.head_dim.is_multiple_of(4) || c.head_dim > 128 {
             return bad(format!("head dim {} (a multiple of 4, at most 128, is supported)", c.head_dim));
         }
         if let Some(rot) = g.get("llama.rope.dimension_count").and_then(|v| v.as_u64()) {
@@ -68,7 +68,8 @@ impl Config {
                 return bad(format!("RoPE over {rot} of {} dims (partial rotary) is not supported", c.head_dim));
             }
         }
-        if !(c.eps > 0.0 && c.eps < 1.0) || !(c.rope_base > 1.0) {
+        let eps_ok = c.eps > 0.0 && c.eps < 1.0; // false for NaN
+        if !eps_ok || c.rope_base.is_nan() || c.rope_base <= 1.0 {
             return bad(format!("rms eps {} / rope base {}", c.eps, c.rope_base));
         }
         if embd.dims.first().copied() != Some(c.dim as u64) {

@@ -50,7 +50,7 @@ pub struct Weight {
 impl Weight {
     /// Uploads GGUF bytes of an `[n, k]` matrix, repacked to the GPU layout.
     pub async fn upload(gpu: &Gpu, name: &str, format: Format, gguf_bytes: &[u8], n: usize, k: usize) -> Result<Weight> {
-        if format != Format::F32 && format != Format::F16 && k % quant::QK != 0 || k % 4 != 0 {
+        if format != Format::F32 && format != Format::F16 && !k.is_multiple_of(quant::QK) || !k.is_multiple_of(4) {
             return Err(Error::Weights(format!("{name}: K = {k} must be a multiple of 4 (32 for block formats)")));
         }
         let words = quant::to_gpu_layout(format, gguf_bytes, n, k)?;
@@ -72,7 +72,7 @@ pub struct KvPages {
 
 impl KvPages {
     pub async fn new(gpu: &Gpu, pages: usize, page_size: usize, n_kv: usize, head_dim: usize) -> Result<KvPages> {
-        if head_dim % 4 != 0 || head_dim > 128 || page_size == 0 || n_kv == 0 {
+        if !head_dim.is_multiple_of(4) || head_dim > 128 || page_size == 0 || n_kv == 0 {
             return Err(Error::shape("kv pages", format!("head_dim {head_dim} (multiple of 4, ≤ 128), page size {page_size}, {n_kv} KV heads")));
         }
         let bytes = [pages, n_kv, page_size, head_dim, 2]
@@ -162,7 +162,7 @@ pub struct RopeShape {
 
 /// Rotates pairs in place with the `(cos, sin)` table `[max_pos, head_dim/2]` at each token's position.
 pub fn rope(b: &mut Batch, x: &wgpu::Buffer, pos: &wgpu::Buffer, table: &wgpu::Buffer, s: &RopeShape) -> Result<()> {
-    if s.head_dim % 2 != 0 || s.row_stride % 2 != 0 || s.heads * s.head_dim > s.row_stride {
+    if !s.head_dim.is_multiple_of(2) || !s.row_stride.is_multiple_of(2) || s.heads * s.head_dim > s.row_stride {
         return Err(Error::shape("rope", format!("{} heads of {} in rows of {}", s.heads, s.head_dim, s.row_stride)));
     }
     need("rope", "x", x, s.t * s.row_stride)?;
@@ -219,7 +219,7 @@ pub struct KvSource {
 /// Writes `t` tokens' K and V (f32, from `src`) into `kv` at positions `pos` via `table`.
 pub fn kv_write(b: &mut Batch, src: &wgpu::Buffer, s: &KvSource, pos: &wgpu::Buffer, table: &wgpu::Buffer, table_len: usize, kv: &KvPages) -> Result<()> {
     let width = kv.n_kv * kv.head_dim;
-    if s.row_stride % 2 != 0 || s.k_off % 2 != 0 || s.v_off % 2 != 0 || s.k_off.max(s.v_off) + width > s.row_stride {
+    if !s.row_stride.is_multiple_of(2) || !s.k_off.is_multiple_of(2) || !s.v_off.is_multiple_of(2) || s.k_off.max(s.v_off) + width > s.row_stride {
         return Err(Error::shape("kv_write", format!("K at {} and V at {} ({width} wide) in rows of {}", s.k_off, s.v_off, s.row_stride)));
     }
     need("kv_write", "src", src, s.t * s.row_stride)?;
@@ -254,7 +254,7 @@ pub fn attention_scratch_bytes(t: usize, n_head: usize, head_dim: usize) -> u64 
 /// over a long context are split over positions (partials in `part`, then merged).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buffer, table: &wgpu::Buffer, table_len: usize, kv: &KvPages, out: &wgpu::Buffer, part: &wgpu::Buffer) -> Result<()> {
-    if s.n_head % kv.n_kv != 0 || s.q_stride % 4 != 0 || s.n_head * kv.head_dim > s.q_stride {
+    if !s.n_head.is_multiple_of(kv.n_kv) || !s.q_stride.is_multiple_of(4) || s.n_head * kv.head_dim > s.q_stride {
         return Err(Error::shape("attention", format!("{} query heads over {} KV heads, rows of {}", s.n_head, kv.n_kv, s.q_stride)));
     }
     need("attention", "q", q, s.t * s.q_stride)?;

@@ -93,7 +93,7 @@ impl Format {
 
     /// Bytes of one row of `k` values in GGUF, or an error when `k` is not a whole number of blocks.
     pub fn row_bytes(self, k: usize) -> Result<usize> {
-        if k % self.block() != 0 {
+        if !k.is_multiple_of(self.block()) {
             return Err(Error::Weights(format!("{} rows need a multiple of {} values, got {k}", self.name(), self.block())));
         }
         Ok(k / self.block() * self.gguf_block_bytes())
@@ -121,7 +121,7 @@ pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result
     if bytes.len() != expect {
         return Err(Error::Weights(format!("{} [{n}, {k}] needs {expect} bytes, got {}", format.name(), bytes.len())));
     }
-    if k % 4 != 0 || k == 0 {
+    if !k.is_multiple_of(4) || k == 0 {
         return Err(Error::Weights(format!("{} rows of {k} values: the GPU layout needs a multiple of 4", format.name())));
     }
     // Row-major words first (Q8_0 blocks padded to 9 words) ...
@@ -151,7 +151,7 @@ pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result
 /// Dequantizes GGUF bytes of one or more whole rows to f32 (the CPU oracle for every format).
 pub fn dequantize(format: Format, bytes: &[u8]) -> Result<Vec<f32>> {
     let bb = format.gguf_block_bytes();
-    if bytes.len() % bb != 0 {
+    if !bytes.len().is_multiple_of(bb) {
         return Err(Error::Weights(format!("{} data of {} bytes is not whole blocks", format.name(), bytes.len())));
     }
     let mut out = Vec::with_capacity(bytes.len() / bb * format.block());
@@ -178,7 +178,7 @@ pub fn dequantize(format: Format, bytes: &[u8]) -> Result<Vec<f32>> {
 /// Quantizes f32 values (whole blocks) into GGUF bytes, the way ggml's reference quantizers do.
 /// Used to build test weights and the tiny test model.
 pub fn quantize(format: Format, x: &[f32]) -> Result<Vec<u8>> {
-    if x.len() % format.block() != 0 {
+    if !x.len().is_multiple_of(format.block()) {
         return Err(Error::Weights(format!("{} needs whole blocks of {}", format.name(), format.block())));
     }
     let mut out = Vec::with_capacity(x.len() / format.block() * format.gguf_block_bytes());

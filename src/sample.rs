@@ -149,7 +149,7 @@ impl Sampler {
         }
         let total = self.candidates(logits)?;
         // Uniform in [0, total): 53 random bits.
-        let u = (self.rng.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * total;
+        let u = (self.rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * total;
         let mut cum = 0.0;
         let mut last = None;
         for c in &self.cands {

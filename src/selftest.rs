@@ -309,7 +309,7 @@ pub fn compare(check: &str, what: &str, got: &[f32], want: &[f32], tol: impl Fn(
     let mut max_err = 0f32;
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let d = (g - w).abs();
-        if !(d <= tol(i)) {
+        if d.is_nan() || d > tol(i) {
             return Err(Error::Mismatch(format!(
                 "{check}: {what}[{i}] = {g} (GPU) vs {w} (CPU), |diff| {d:e} > tolerance {:e}",
                 tol(i)
@@ -324,7 +324,7 @@ pub fn compare(check: &str, what: &str, got: &[f32], want: &[f32], tol: impl Fn(
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
@@ -334,7 +334,7 @@ impl Rng {
 
     /// Uniform in `[-a, a)`.
     pub fn f32(&mut self, a: f32) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
     }
 
     pub fn vec(&mut self, n: usize, a: f32) -> Vec<f32> {
@@ -342,7 +342,7 @@ impl Rng {
     }
 
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 }
 
