@@ -3,13 +3,12 @@
 // K/V come from the pages (f16 pairs in u32) through the page table, so the new tokens' own K/V
 // must be written first (kv_write). Online softmax in f32: no [T, ctx] score buffer.
 //
-// `main` runs one (token, head, split) per invocation. With splits = 1 it writes `out` directly.
+// `main` runs one (token, GROUP query heads, split) per invocation. With splits = 1 it writes `out` directly.
 // With splits > 1 (decode: few tokens × heads, long context) each invocation covers one slice of
 // the positions and writes its unnormalised partial (acc, max, sum) to `part`; `combine` then
 // merges the slices of each (token, head) — flash-decoding, so a single query still spreads over
 // many invocations.
 
-const MAX_HD4: u32 = 32u; // head dim ≤ 128
 
 struct Params {
     t: u32,          // query tokens
@@ -39,58 +38,80 @@ fn kv4(buf_is_k: bool, base: u32, i: u32) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(v_pages[base + 2u * i]), unpack2x16float(v_pages[base + 2u * i + 1u]));
 }
 
+// Query heads per invocation: 1, or several heads sharing one KV head (GROUP divides
+// n_head / n_kv, GROUP·hd/4 ≤ 128), so each K/V row is read once for all of them.
+override GROUP: u32 = 1u;
+const MAX_Q4: u32 = 128u;
+
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let idx = gid.x + gid.y * nw.x * 64u;
-    if idx >= p.t * p.n_head * p.splits {
+    let groups = p.n_head / GROUP;
+    if idx >= p.t * groups * p.splits {
         return;
     }
     let split = idx % p.splits;
-    let th = idx / p.splits;
-    let t = th / p.n_head;
-    let h = th % p.n_head;
-    let g = h / (p.n_head / p.n_kv);
+    let tg = idx / p.splits;
+    let t = tg / groups;
+    let h0 = (tg % groups) * GROUP;
+    let g = h0 / (p.n_head / p.n_kv);
     let hd4 = p.hd / 4u;
-    var qv: array<vec4<f32>, MAX_HD4>;
-    var acc: array<vec4<f32>, MAX_HD4>;
-    let qb = (t * p.q_stride + h * p.hd) / 4u;
-    for (var i = 0u; i < hd4; i++) {
-        qv[i] = q[qb + i] * p.scale;
-        acc[i] = vec4<f32>(0.0);
+    var qv: array<vec4<f32>, MAX_Q4>;  // [GROUP, hd/4]
+    var acc: array<vec4<f32>, MAX_Q4>; // [GROUP, hd/4]
+    var m: array<f32, 8>;
+    var l: array<f32, 8>;
+    for (var r = 0u; r < GROUP; r++) {
+        let qb = (t * p.q_stride + (h0 + r) * p.hd) / 4u;
+        for (var i = 0u; i < hd4; i++) {
+            qv[r * hd4 + i] = q[qb + i] * p.scale;
+            acc[r * hd4 + i] = vec4<f32>(0.0);
+        }
+        m[r] = -3.0e38;
+        l[r] = 0.0;
     }
-    var m = -3.0e38;
-    var l = 0.0;
     let n = pos[t] + 1u;
     let per = (n + p.splits - 1u) / p.splits;
     let end = min(n, (split + 1u) * per);
     for (var j = split * per; j < end; j++) {
         let page = table[min(j / p.page, p.table_len - 1u)];
         let base = ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
-        var s = 0.0;
+        var s: array<f32, 8>;
         for (var i = 0u; i < hd4; i++) {
-            s += dot(qv[i], kv4(true, base, i));
+            let k = kv4(true, base, i);
+            for (var r = 0u; r < GROUP; r++) {
+                s[r] += dot(qv[r * hd4 + i], k);
+            }
         }
-        let m_new = max(m, s);
-        let corr = exp(m - m_new);
-        let e = exp(s - m_new);
-        l = l * corr + e;
+        var corr: array<f32, 8>;
+        var e: array<f32, 8>;
+        for (var r = 0u; r < GROUP; r++) {
+            let m_new = max(m[r], s[r]);
+            corr[r] = exp(m[r] - m_new);
+            e[r] = exp(s[r] - m_new);
+            l[r] = l[r] * corr[r] + e[r];
+            m[r] = m_new;
+        }
         for (var i = 0u; i < hd4; i++) {
-            acc[i] = acc[i] * corr + e * kv4(false, base, i);
+            let v = kv4(false, base, i);
+            for (var r = 0u; r < GROUP; r++) {
+                acc[r * hd4 + i] = acc[r * hd4 + i] * corr[r] + e[r] * v;
+            }
         }
-        m = m_new;
     }
-    if p.splits == 1u {
-        let ob = th * hd4;
-        for (var i = 0u; i < hd4; i++) {
-            out[ob + i] = acc[i] / l;
+    for (var r = 0u; r < GROUP; r++) {
+        let th = t * p.n_head + h0 + r;
+        if p.splits == 1u {
+            for (var i = 0u; i < hd4; i++) {
+                out[th * hd4 + i] = acc[r * hd4 + i] / l[r];
+            }
+        } else {
+            let pb = (th * p.splits + split) * (hd4 + 1u);
+            for (var i = 0u; i < hd4; i++) {
+                part[pb + i] = acc[r * hd4 + i];
+            }
+            part[pb + hd4] = vec4<f32>(m[r], l[r], 0.0, 0.0);
         }
-        return;
     }
-    let pb = idx * (hd4 + 1u);
-    for (var i = 0u; i < hd4; i++) {
-        part[pb + i] = acc[i];
-    }
-    part[pb + hd4] = vec4<f32>(m, l, 0.0, 0.0);
 }
 
 // Merges the `splits` partials of each (token, head): out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M).

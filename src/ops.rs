@@ -269,9 +269,15 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     let by_work = ATTN_PARALLEL.div_ceil(heads).min(s.ctx.div_ceil(ATTN_MIN_SPLIT));
     let by_room = (part.size() / (stride * heads as u64)) as usize;
     let splits = by_work.min(by_room).max(1);
+    // On a CPU adapter (lavapipe) every K/V load is costly: one invocation serves all the query
+    // heads of a KV head and reads each row once. GPUs keep one head per invocation (parallelism).
+    let ratio = s.n_head / kv.n_kv;
+    let cpu = b.gpu().info.device_type == wgpu::DeviceType::Cpu;
+    let group = if cpu && ratio <= 8 && ratio * kv.head_dim / 4 <= 128 { ratio } else { 1 };
     let params = [u(s.t), u(s.n_head), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.q_stride), s.scale.to_bits(), u(table_len), u(splits)];
     let buffers = [q, pos, table, &kv.k, &kv.v, out, part];
-    b.dispatch(&ATTENTION, &[], &params, &buffers, groups_1d(b.gpu(), heads * splits))?;
+    let consts = [("GROUP", group as f64)];
+    b.dispatch(&ATTENTION, &consts, &params, &buffers, groups_1d(b.gpu(), heads / group * splits))?;
     if splits > 1 {
         b.dispatch(&ATTENTION_COMBINE, &[], &params, &buffers, [u(heads).div_ceil(64), 1, 1])?;
     }
