@@ -75,7 +75,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var j = split * per; j < end; j++) {
         let page = table[min(j / p.page, p.table_len - 1u)];
         let base = ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
+        // Zeroed explicitly: Chromium's SwiftShader WebGPU did not re-zero a loop-local array
+        // on every iteration (tests/kernels.rs caught it in the browser).
         var s: array<f32, 8>;
+        for (var r = 0u; r < GROUP; r++) {
+            s[r] = 0.0;
+        }
         for (var i = 0u; i < hd4; i++) {
             let k = kv4(true, base, i);
             for (var r = 0u; r < GROUP; r++) {
