@@ -156,12 +156,15 @@ impl Engine {
         let hold = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
         let mut finish = Finish::Length;
         let mut steps = 0usize;
+        // Prompt + completion so far, for the repetition penalty: grown in place, not rebuilt.
+        let mut recent = prompt.to_vec();
         while out.len() < params.max_tokens {
             if self.stop_ids.contains(&next) {
                 finish = Finish::Stop;
                 break;
             }
             out.push(next);
+            recent.push(next);
             text.push_str(&dec.push(&self.tokenizer, next));
             if let Some(cut) = params.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
                 text.truncate(cut);
@@ -180,8 +183,6 @@ impl Engine {
             self.model.forward(&self.gpu, &mut self.seq, &[next], Logits::Last).await?;
             self.held.push(next);
             steps += 1;
-            let mut recent = prompt.to_vec();
-            recent.extend(&out);
             next = self.pick(&mut sampler, &recent).await?;
         }
         // At max_tokens an incomplete trailing character is flushed (as U+FFFD); after an

@@ -50,10 +50,11 @@ pub struct Weight {
 impl Weight {
     /// Uploads GGUF bytes of an `[n, k]` matrix, repacked to the GPU layout.
     pub async fn upload(gpu: &Gpu, name: &str, format: Format, gguf_bytes: &[u8], n: usize, k: usize) -> Result<Weight> {
-        if format != Format::F32 && format != Format::F16 && !k.is_multiple_of(quant::QK) || !k.is_multiple_of(4) {
-            return Err(Error::Weights(format!("{name}: K = {k} must be a multiple of 4 (32 for block formats)")));
-        }
-        let words = quant::to_gpu_layout(format, gguf_bytes, n, k)?;
+        // to_gpu_layout checks shape and size; the error gains the tensor's name.
+        let words = quant::to_gpu_layout(format, gguf_bytes, n, k).map_err(|e| match e {
+            Error::Weights(m) => Error::Weights(format!("{name}: {m}")),
+            other => other,
+        })?;
         let buf = gpu.upload(name, &words).await?;
         Ok(Weight { buf, format, n, k })
     }
