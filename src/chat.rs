@@ -25,17 +25,26 @@ fn jinja_err(what: &str, e: minijinja::Error) -> Error {
     err(format!("{what}: {e:#}"))
 }
 
-/// One chat message. `role` is `"system"`, `"user"` or `"assistant"`.
+/// One chat message. `role` is `"system"`, `"user"` or `"assistant"`. A `pinned` message (a
+/// document, say) is never dropped when the conversation overflows the context window; system
+/// messages never are either.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
 }
 
 impl Message {
     /// A message with the given role and content.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: content.into() }
+        Message { role: role.into(), content: content.into(), pinned: false }
+    }
+
+    /// The same message, pinned.
+    pub fn pinned(self) -> Self {
+        Message { pinned: true, ..self }
     }
 }
 

@@ -1,31 +1,89 @@
-//! The engine: model + tokenizer + chat template + one resident sequence, and `generate()`.
+//! The engine: model + tokenizer + chat template + the resident prompt cache, and `generate()`.
 //!
-//! A new prompt keeps the longest prefix it shares with what the sequence already holds
-//! (`cached_tokens`) and computes only the rest — the KV cache owns its length, so reuse is
-//! "truncate to the common prefix", not a copy.
+//! Every request's K/V stays resident after it ends, indexed by its tokens ([`PrefixIndex`]). A new
+//! request looks up the longest resident prefix of its prompt, shares the completely filled pages
+//! of that prefix by reference, copies the shared part of a partly matching page into a page of its
+//! own (copy-on-write, one small kernel: a sequence never writes into a page another holder can
+//! read), and computes only the rest. When the KV budget runs out, unreferenced prefixes are
+//! evicted leaf-first, least recently used; pages a running request holds never are.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
+use crate::api::{self, CacheReport, ChatRequest, ChatResult, DivergedAt, PromptTokensDetails, Usage};
 use crate::chat::{ChatTemplate, Message};
+use crate::diagnose::History;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::Gpu;
-use crate::kv::Sequence;
+use crate::kv::{self, KvCache, Sequence};
 use crate::model::{Logits, Model, Options};
+use crate::ops;
+use crate::prefix::{Divergence, PrefixIndex, Resident};
 use crate::sample::{Sampler, SamplingParams};
 use crate::selftest::now_ms;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::truncate;
+
+/// The KV budget when none is given: 512 MiB (22,000 positions of the default model), or less
+/// where the adapter's binding limits allow less. Browsers do not say how much GPU memory there
+/// is; this is a few full contexts, a fraction of what integrated GPUs share with the system.
+pub const DEFAULT_KV_BUDGET_MB: f64 = 512.0;
+
+/// Load-time settings. The KV budget (the pool all prefixes share) and the context window
+/// (positions one request may use) are separate.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Positions one request may use, prompt and completion; `None` = the model's trained context.
+    pub context: Option<usize>,
+    /// KV pool size in MiB; `None` = [`DEFAULT_KV_BUDGET_MB`], capped by the adapter's limits.
+    pub kv_budget_mb: Option<f64>,
+    /// Positions per KV page: the granularity of sharing and eviction.
+    pub page_size: usize,
+    /// Most tokens one forward pass processes.
+    pub chunk: usize,
+    /// Keep prefixes resident between requests; `false` runs every request cold (for comparison).
+    pub cache: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions { context: None, kv_budget_mb: None, page_size: 16, chunk: 128, cache: true }
+    }
+}
+
+/// Stops a running generation between two tokens (the JS `AbortSignal`'s counterpart).
+#[derive(Clone, Debug, Default)]
+pub struct AbortSignal(Rc<Cell<bool>>);
+
+impl AbortSignal {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn abort(&self) {
+        self.0.set(true);
+    }
+    pub fn is_aborted(&self) -> bool {
+        self.0.get()
+    }
+}
 
 /// What to generate.
 #[derive(Clone, Debug)]
 pub struct GenerateParams {
+    /// Tokens to generate at most; 0 computes the prompt and keeps it resident (prewarm).
     pub max_tokens: usize,
     pub sampling: SamplingParams,
     /// Generation stops before the first occurrence of any of these strings.
     pub stop: Vec<String>,
+    /// Prefixes are shared only between requests with the same salt.
+    pub cache_salt: String,
+    pub abort: Option<AbortSignal>,
 }
 
 impl Default for GenerateParams {
     fn default() -> Self {
-        GenerateParams { max_tokens: 256, sampling: SamplingParams::greedy(), stop: Vec::new() }
+        GenerateParams { max_tokens: 256, sampling: SamplingParams::greedy(), stop: Vec::new(), cache_salt: String::new(), abort: None }
     }
 }
 
@@ -36,14 +94,18 @@ pub enum Finish {
     Stop,
     /// `max_tokens` reached.
     Length,
+    /// The caller's [`AbortSignal`].
+    Abort,
 }
 
-/// Timings of one generation, in the units the CLI reports.
-#[derive(Clone, Debug, Default)]
-pub struct Timings {
-    pub ttft_ms: f64,
-    pub prefill_tok_s: f64,
-    pub decode_tok_s: f64,
+impl Finish {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+            Finish::Abort => "abort",
+        }
+    }
 }
 
 /// The result of `generate`.
@@ -54,54 +116,118 @@ pub struct Generation {
     pub prompt_tokens: usize,
     /// Prompt tokens whose K/V were already resident and were not recomputed.
     pub cached_tokens: usize,
+    /// Prompt tokens found resident (`cached_tokens`, or one more when the whole prompt was
+    /// resident and its last token was recomputed for its logits).
+    pub reused_tokens: usize,
+    /// Where the prompt diverged from a resident sequence, if it did.
+    pub divergence: Option<Divergence>,
     pub finish: Finish,
-    pub timings: Timings,
+    pub timings: api::Timings,
 }
 
-/// A loaded model, ready to generate.
+/// The KV cache's state, for `stats`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CacheStats {
+    pub pages_total: usize,
+    pub pages_used: usize,
+    pub pages_free: usize,
+    pub page_size: usize,
+    pub page_bytes: u64,
+    pub bytes_total: u64,
+    pub bytes_used: u64,
+    /// Resident prefixes (tokens, pages, salt, last use), most recent first.
+    pub prefixes: Vec<ResidentPrefix>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ResidentPrefix {
+    pub tokens: usize,
+    pub pages: usize,
+    pub salt: String,
+    pub last_use: u64,
+}
+
+/// A prompt encoded from messages: the token ids and where each message's content lies.
+#[derive(Clone, Debug)]
+pub struct Encoded {
+    pub ids: Vec<u32>,
+    /// Token range of each message's content.
+    pub contents: Vec<std::ops::Range<usize>>,
+}
+
+/// A loaded model with its resident prompt cache, ready to generate.
 pub struct Engine {
     pub gpu: Gpu,
     pub model: Model,
     pub tokenizer: Tokenizer,
     pub template: Option<ChatTemplate>,
-    seq: Sequence,
-    /// The tokens whose K/V `seq` holds, in order.
-    held: Vec<u32>,
+    kv: KvCache,
+    index: PrefixIndex,
+    history: History,
+    cache: bool,
     /// Token ids that end a turn.
     stop_ids: Vec<u32>,
 }
 
 impl Engine {
-    /// Loads a GGUF model (held whole in memory) onto `gpu`.
-    pub async fn load(gpu: Gpu, file: &[u8], opts: Options) -> Result<Engine> {
+    /// Loads a GGUF model (held whole in memory) onto `gpu` and allocates its KV pool.
+    pub async fn load(gpu: Gpu, file: &[u8], opts: EngineOptions) -> Result<Engine> {
         let g = Gguf::parse(file)?;
         let tokenizer = Tokenizer::from_gguf(&g)?;
         let template = match g.get("tokenizer.chat_template") {
             Some(_) => Some(ChatTemplate::from_gguf(&g)?),
             None => None,
         };
-        let model = Model::load(&gpu, file, opts).await?;
+        if opts.page_size == 0 || opts.chunk == 0 {
+            return Err(Error::InvalidArgument(format!("page size {} and chunk {} must be positive", opts.page_size, opts.chunk)));
+        }
+        let model = Model::load(&gpu, file, Options { chunk: opts.chunk, context: opts.context, all_logits: false }).await?;
         if tokenizer.vocab_size() > model.cfg.vocab {
             return Err(Error::Model(format!("tokenizer has {} tokens, the model {}", tokenizer.vocab_size(), model.cfg.vocab)));
         }
-        let seq = model.sequence(&gpu, model.opts.kv_tokens).await?;
+        let page_bytes = kv::page_bytes(&model.cfg, opts.page_size);
+        let mb = opts.kv_budget_mb.unwrap_or(DEFAULT_KV_BUDGET_MB);
+        if !(mb > 0.0 && mb.is_finite()) {
+            return Err(Error::InvalidArgument(format!("KV budget of {mb} MB")));
+        }
+        let by_budget = (mb * 1048576.0 / page_bytes as f64) as usize;
+        let by_limits = kv::max_pages(&gpu, &model.cfg, opts.page_size);
+        let pages = if opts.kv_budget_mb.is_some() { by_budget } else { by_budget.min(by_limits) };
+        if pages == 0 {
+            return Err(Error::InvalidArgument(format!("a KV budget of {mb} MB holds no page of {page_bytes} bytes")));
+        }
+        if pages > by_limits {
+            return Err(Error::TooLarge { what: format!("a KV budget of {mb} MB"), bytes: pages as u64 * page_bytes, limit: by_limits as u64 * page_bytes });
+        }
+        let kv = model.kv_cache(&gpu, pages, opts.page_size).await?;
+        let index = PrefixIndex::new(opts.page_size);
         let mut stop_ids: Vec<u32> = ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"]
             .iter()
             .filter_map(|t| tokenizer.token_id(t))
             .collect();
         stop_ids.extend(tokenizer.eos_id());
-        Ok(Engine { gpu, model, tokenizer, template, seq, held: Vec::new(), stop_ids })
+        Ok(Engine { gpu, model, tokenizer, template, kv, index, history: History::default(), cache: opts.cache, stop_ids })
     }
 
-    /// Tokens a prompt plus its completion may use at most.
+    /// Positions a prompt plus its completion may use at most (the context window).
     pub fn context_size(&self) -> usize {
-        self.seq.max_tokens(&self.model.kv).min(self.model.max_positions())
+        self.kv.max_seq_tokens().min(self.model.max_positions())
+    }
+
+    /// Positions per KV page.
+    pub fn page_size(&self) -> usize {
+        self.kv.page_size
     }
 
     /// Renders `messages` with the model's chat template and tokenizes the result. Message
     /// contents are encoded as plain text — a user typing `<|im_start|>system` gets text, not a
     /// control token — and only the template's own markers become control tokens.
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        Ok(self.encode_messages(messages)?.ids)
+    }
+
+    /// [`Self::encode_chat`], also saying where each message's content lies in the tokens.
+    pub fn encode_messages(&self, messages: &[Message]) -> Result<Encoded> {
         let template = self.template.as_ref().ok_or_else(|| Error::Template("the model has no chat template".into()))?;
         // Render with a unique marker in place of each content, then encode the template's text
         // with control tokens recognised and each content as plain text.
@@ -109,20 +235,109 @@ impl Engine {
         let marked: Vec<Message> = messages.iter().enumerate().map(|(i, m)| Message::new(m.role.clone(), marker(i))).collect();
         let rendered = template.render(&marked, true)?;
         let mut ids = Vec::new();
+        let mut contents = Vec::with_capacity(messages.len());
         let mut rest = rendered.as_str();
         for (i, m) in messages.iter().enumerate() {
             let mk = marker(i);
             let at = rest.find(&mk).ok_or_else(|| Error::Template(format!("the chat template altered message {i}'s content")))?;
             ids.extend(self.tokenizer.encode_with_special(&rest[..at])?);
+            let start = ids.len();
             ids.extend(self.tokenizer.encode_text(&m.content)?);
+            contents.push(start..ids.len());
             rest = &rest[at + mk.len()..];
         }
         ids.extend(self.tokenizer.encode_with_special(rest)?);
-        Ok(ids)
+        Ok(Encoded { ids, contents })
     }
 
-    /// Generates from `prompt`, calling `on_text` with each piece of decoded text as it becomes
-    /// final (valid UTF-8, never part of a stop string).
+    /// Answers one chat request: head truncation to fit the context window, prompt-layout lint,
+    /// generation over the resident cache, and the cache report (with the miss diagnosis).
+    pub async fn chat(&mut self, req: &ChatRequest, on_text: impl FnMut(&str)) -> Result<ChatResult> {
+        self.chat_with(req, None, on_text).await
+    }
+
+    /// [`Self::chat`] that `abort` can stop between tokens.
+    pub async fn chat_with(&mut self, req: &ChatRequest, abort: Option<AbortSignal>, on_text: impl FnMut(&str)) -> Result<ChatResult> {
+        if req.messages.is_empty() {
+            return Err(Error::InvalidArgument("request: no messages".into()));
+        }
+        let (enc, kept) = self.fit(&req.messages, req.max_tokens)?;
+        let salt = req.cache_salt.clone().unwrap_or_default();
+        let warnings = self.history.lint(&salt, &req.messages, &kept, &enc, &self.tokenizer);
+        let params = GenerateParams { max_tokens: req.max_tokens, sampling: req.sampling(), stop: req.stop.to_vec(), cache_salt: salt.clone(), abort };
+        let g = self.generate(&enc.ids, &params, on_text).await?;
+        self.history.record(&salt, &req.messages);
+        let diverged_at = g.divergence.as_ref().map(|d| self.locate(d, &enc, &kept, &req.messages));
+        Ok(ChatResult {
+            text: g.text,
+            finish_reason: g.finish.as_str(),
+            usage: Usage {
+                prompt_tokens: g.prompt_tokens,
+                completion_tokens: g.tokens.len(),
+                prompt_tokens_details: PromptTokensDetails { cached_tokens: g.cached_tokens },
+            },
+            tokens: g.tokens,
+            timings: g.timings,
+            cache: CacheReport { reused_tokens: g.reused_tokens, dropped_messages: req.messages.len() - kept.len(), diverged_at, warnings },
+            prompt: enc.ids,
+        })
+    }
+
+    /// Head truncation (`truncate::plan`): the messages kept, encoded, and their indices.
+    fn fit(&self, messages: &[Message], max_tokens: usize) -> Result<(Encoded, Vec<usize>)> {
+        let context = self.context_size();
+        let room = context.checked_sub(max_tokens).ok_or(Error::ContextFull { needed: max_tokens, capacity: context })?;
+        let full = self.encode_messages(messages)?;
+        if full.ids.len() <= room {
+            return Ok((full, (0..messages.len()).collect()));
+        }
+        let mut prev_end = 0;
+        let items: Vec<truncate::Item> = messages
+            .iter()
+            .zip(&full.contents)
+            .map(|(m, r)| {
+                let tokens = r.end - prev_end;
+                prev_end = r.end;
+                truncate::Item { tokens, pinned: m.pinned || m.role == "system", is_user: m.role == "user" }
+            })
+            .collect();
+        let tail = full.ids.len() - prev_end;
+        // Templates can render a message differently by its neighbours; move the cut a step
+        // further until the re-rendered prompt fits.
+        for extra in 0..8 {
+            let plan = truncate::plan(&items, tail, room, extra)?;
+            let kept: Vec<Message> = plan.keep.iter().map(|&i| messages[i].clone()).collect();
+            let enc = self.encode_messages(&kept)?;
+            if enc.ids.len() <= room {
+                return Ok((enc, plan.keep));
+            }
+        }
+        Err(Error::ContextFull { needed: full.ids.len() + max_tokens, capacity: context })
+    }
+
+    /// Where a divergence falls in the request: message, role, character, and text snippets.
+    fn locate(&self, d: &Divergence, enc: &Encoded, kept: &[usize], messages: &[Message]) -> DivergedAt {
+        const SNIPPET: usize = 12;
+        let decode = |ids: &[u32]| self.tokenizer.decode(ids).unwrap_or_default();
+        let end = (d.token + SNIPPET).min(enc.ids.len());
+        let new = decode(&enc.ids[d.token.min(end)..end]);
+        let resident = decode(&d.resident[..d.resident.len().min(SNIPPET)]);
+        let hit = enc.contents.iter().position(|r| d.token < r.end);
+        let (message, role, char) = match hit {
+            Some(k) => {
+                let r = &enc.contents[k];
+                let char = if d.token > r.start { decode(&enc.ids[r.start..d.token]).chars().count() } else { 0 };
+                let i = kept[k];
+                (Some(i), Some(messages[i].role.clone()), char)
+            }
+            None => (None, None, 0),
+        };
+        DivergedAt { token: d.token, message, role, char, resident, new }
+    }
+
+    /// Generates from `prompt` over the resident cache, calling `on_text` with each piece of
+    /// decoded text as it becomes final (valid UTF-8, never part of a stop string). The prompt's
+    /// K/V, and the completion's, stay resident for later requests with the same salt.
     pub async fn generate(&mut self, prompt: &[u32], params: &GenerateParams, mut on_text: impl FnMut(&str)) -> Result<Generation> {
         let mut sampler = Sampler::new(params.sampling.clone())?;
         if prompt.is_empty() {
@@ -138,70 +353,160 @@ impl Engine {
         if needed > self.context_size() {
             return Err(Error::ContextFull { needed, capacity: self.context_size() });
         }
+        self.kv.pool.borrow().check()?;
         let t0 = now_ms();
-        // Keep the common prefix; always recompute at least the last prompt token for its logits.
-        let common = self.held.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1);
-        self.seq.truncate(&mut self.model.kv, common);
-        self.held.truncate(common);
-        let new = &prompt[common..];
-        let res = self.model.prefill(&self.gpu, &mut self.seq, new).await;
-        self.held.extend_from_slice(&prompt[common..self.seq.len().max(common)]);
-        res?;
-        let mut next = self.pick(&mut sampler, prompt).await?;
-        let t_first = now_ms();
+        let ps = self.kv.page_size;
+        let mut m = if self.cache { self.index.lookup(&params.cache_salt, prompt) } else { Default::default() };
+        let reused = m.tokens(ps);
+        // A request that generates needs the last prompt token's logits: it is always computed.
+        let decode = params.max_tokens > 0;
+        m.limit(if decode { prompt.len() - 1 } else { prompt.len() }, ps);
+        let cached = m.tokens(ps);
+        let mut seq = self.kv.sequence(self.context_size());
+        seq.adopt_prefix(&m.full_pages)?;
+        // Every page this request may write, beyond those it shares, must be free or evictable.
+        let written = prompt.len() + params.max_tokens.saturating_sub(1);
+        let want = written.div_ceil(ps) - m.full_pages.len();
+        let can = {
+            let pool = self.kv.pool.borrow();
+            pool.free() + self.index.evictable(&pool)
+        };
+        if want > can {
+            return Err(Error::CacheFull { needed_pages: want, free_pages: can });
+        }
+        let t_prefill = now_ms();
+        if let Some((src, n)) = m.partial {
+            self.copy_partial(&mut seq, src, n).await?;
+        }
+        let rest = &prompt[cached..];
+        let chunks: Vec<&[u32]> = rest.chunks(self.model.opts.chunk).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let logits = if decode && i + 1 == chunks.len() { Logits::Last } else { Logits::None };
+            self.ensure_free(seq.pages_needed(chunk.len()))?;
+            self.model.forward(&self.gpu, &self.kv, &mut seq, chunk, logits).await?;
+        }
         let mut out = Vec::new();
         let mut text = String::new();
-        let mut emitted = 0;
-        let mut dec = StreamDecoder::new();
-        let hold = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
         let mut finish = Finish::Length;
         let mut steps = 0usize;
-        // Prompt + completion so far, for the repetition penalty: grown in place, not rebuilt.
-        let mut recent = prompt.to_vec();
-        while out.len() < params.max_tokens {
-            if self.stop_ids.contains(&next) {
-                finish = Finish::Stop;
-                break;
+        let (t_first, t_end);
+        if decode {
+            let mut next = self.pick(&mut sampler, prompt).await?;
+            t_first = now_ms();
+            let mut emitted = 0;
+            let mut dec = StreamDecoder::new();
+            let hold = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
+            // Prompt + completion so far, for the repetition penalty: grown in place, not rebuilt.
+            let mut recent = prompt.to_vec();
+            while out.len() < params.max_tokens {
+                if self.stop_ids.contains(&next) {
+                    finish = Finish::Stop;
+                    break;
+                }
+                out.push(next);
+                recent.push(next);
+                text.push_str(&dec.push(&self.tokenizer, next));
+                if let Some(cut) = params.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
+                    text.truncate(cut);
+                    finish = Finish::Stop;
+                    break;
+                }
+                // Emit what can no longer become part of a stop string.
+                let safe = floor_char_boundary(&text, text.len().saturating_sub(hold));
+                if safe > emitted {
+                    on_text(&text[emitted..safe]);
+                    emitted = safe;
+                }
+                if params.abort.as_ref().is_some_and(|a| a.is_aborted()) {
+                    finish = Finish::Abort;
+                    break;
+                }
+                if out.len() == params.max_tokens {
+                    break;
+                }
+                self.ensure_free(seq.pages_needed(1))?;
+                self.model.forward(&self.gpu, &self.kv, &mut seq, &[next], Logits::Last).await?;
+                steps += 1;
+                next = self.pick(&mut sampler, &recent).await?;
             }
-            out.push(next);
-            recent.push(next);
-            text.push_str(&dec.push(&self.tokenizer, next));
-            if let Some(cut) = params.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
-                text.truncate(cut);
-                finish = Finish::Stop;
-                break;
+            // At max_tokens an incomplete trailing character is flushed (as U+FFFD); after an
+            // end-of-turn token or a stop string there is nothing more to say.
+            if finish != Finish::Stop {
+                text.push_str(&dec.finish());
             }
-            // Emit what can no longer become part of a stop string.
-            let safe = floor_char_boundary(&text, text.len().saturating_sub(hold));
-            if safe > emitted {
-                on_text(&text[emitted..safe]);
-                emitted = safe;
+            if text.len() > emitted {
+                on_text(&text[emitted..]);
             }
-            if out.len() == params.max_tokens {
-                break;
-            }
-            self.model.forward(&self.gpu, &mut self.seq, &[next], Logits::Last).await?;
-            self.held.push(next);
-            steps += 1;
-            next = self.pick(&mut sampler, &recent).await?;
+            t_end = now_ms();
+        } else {
+            self.gpu.finish().await?;
+            t_first = now_ms();
+            t_end = t_first;
         }
-        // At max_tokens an incomplete trailing character is flushed (as U+FFFD); after an
-        // end-of-turn token or a stop string there is nothing more to say.
-        if finish == Finish::Length {
-            text.push_str(&dec.finish());
+        // Keep what this request computed resident: the prompt and the completion tokens fed back.
+        if self.cache {
+            let mut all = prompt.to_vec();
+            all.extend_from_slice(&out);
+            let pool = &mut self.kv.pool.borrow_mut();
+            self.index.insert(pool, &params.cache_salt, &all[..seq.len()], seq.pages())?;
         }
-        if text.len() > emitted {
-            on_text(&text[emitted..]);
-        }
-        let t_end = now_ms();
-        let prefill_s = (t_first - t0) / 1e3;
+        drop(seq);
+        self.kv.pool.borrow().check()?;
         let decode_s = (t_end - t_first) / 1e3;
-        let timings = Timings {
+        let timings = api::Timings {
             ttft_ms: t_first - t0,
-            prefill_tok_s: if prefill_s > 0.0 { new.len() as f64 / prefill_s } else { 0.0 },
+            prefill_ms: t_first - t_prefill,
             decode_tok_s: if decode_s > 0.0 && steps > 0 { steps as f64 / decode_s } else { 0.0 },
         };
-        Ok(Generation { text, tokens: out, prompt_tokens: prompt.len(), cached_tokens: common, finish, timings })
+        Ok(Generation {
+            text,
+            tokens: out,
+            prompt_tokens: prompt.len(),
+            cached_tokens: cached,
+            reused_tokens: reused,
+            divergence: m.divergence,
+            finish,
+            timings,
+        })
+    }
+
+    /// Copy-on-write of a partly matching page: the first `n` positions of `src` into a fresh
+    /// page of `seq`, every layer. `src` is held while the copy is recorded, so eviction cannot
+    /// take it.
+    async fn copy_partial(&mut self, seq: &mut Sequence, src: u32, n: usize) -> Result<()> {
+        self.kv.pool.borrow_mut().retain(src)?;
+        let res = self.copy_partial_held(seq, src, n).await;
+        let released = self.kv.pool.borrow_mut().release(src);
+        res.and(released)
+    }
+
+    async fn copy_partial_held(&mut self, seq: &mut Sequence, src: u32, n: usize) -> Result<()> {
+        self.ensure_free(1)?;
+        let dst = self.kv.pool.borrow_mut().alloc().ok_or(Error::CacheFull { needed_pages: 1, free_pages: 0 })?;
+        if let Err(e) = seq.push_written_page(dst, n) {
+            self.kv.pool.borrow_mut().release(dst)?;
+            return Err(e);
+        }
+        // From here the page is the sequence's: an error drops it with the sequence.
+        let mut b = self.gpu.batch()?;
+        for layer in &self.kv.layers {
+            ops::kv_copy(&mut b, layer, src as usize, dst as usize, n)?;
+        }
+        b.submit().await
+    }
+
+    /// Makes `pages` pages free, evicting unreferenced prefixes least recently used first.
+    fn ensure_free(&mut self, pages: usize) -> Result<()> {
+        let pool = &mut self.kv.pool.borrow_mut();
+        let free = pool.free();
+        if free >= pages {
+            return Ok(());
+        }
+        let freed = self.index.evict(pool, pages - free)?;
+        if free + freed < pages {
+            return Err(Error::CacheFull { needed_pages: pages, free_pages: free + freed });
+        }
+        Ok(())
     }
 
     /// Picks the next token from the last forward pass: the GPU's argmax (4 bytes read back) when
@@ -220,10 +525,55 @@ impl Engine {
         sampler.sample(&mut logits, recent)
     }
 
-    /// Forgets every cached token.
+    /// The logits of the last forward pass's last row (for tests comparing cached and cold runs;
+    /// valid after a `generate` with `max_tokens == 1`).
+    pub async fn last_logits(&self) -> Result<Vec<f32>> {
+        self.model.read_logits(&self.gpu, 1).await
+    }
+
+    /// The cache's pages and resident prefixes.
+    pub fn cache_stats(&self) -> CacheStats {
+        let pool = self.kv.pool.borrow();
+        let page_bytes = kv::page_bytes(&self.model.cfg, self.kv.page_size);
+        CacheStats {
+            pages_total: pool.total(),
+            pages_used: pool.used(),
+            pages_free: pool.free(),
+            page_size: self.kv.page_size,
+            page_bytes,
+            bytes_total: pool.total() as u64 * page_bytes,
+            bytes_used: pool.used() as u64 * page_bytes,
+            prefixes: self
+                .index
+                .residents()
+                .into_iter()
+                .map(|Resident { salt, tokens, pages, last_use }| ResidentPrefix { tokens, pages, salt, last_use })
+                .collect(),
+        }
+    }
+
+    /// Checks the page accounting: every page's holder count equals the index's references (no
+    /// request runs between calls, so the index is the only holder), and the free list is exact.
+    pub fn audit_cache(&self) -> Result<()> {
+        let pool = self.kv.pool.borrow();
+        let mut holders = vec![0; pool.total()];
+        self.index.count_holders(&mut holders);
+        pool.audit(&holders)
+    }
+
+    /// Forgets every resident prefix (and the lint's request history). After an accounting
+    /// error this is the way back: the pool is rebuilt from scratch.
+    pub fn clear_cache(&mut self) {
+        let pool = &mut self.kv.pool.borrow_mut();
+        if self.index.clear(pool).is_err() || pool.check().is_err() || pool.used() != 0 {
+            pool.reset();
+        }
+        self.history = History::default();
+    }
+
+    /// Forgets every cached token (same as [`Self::clear_cache`]).
     pub fn reset(&mut self) {
-        self.seq.clear(&mut self.model.kv);
-        self.held.clear();
+        self.clear_cache();
     }
 }
 

@@ -43,6 +43,15 @@ pub enum Error {
     /// The sequence would grow past the KV cache's capacity (or its own page table).
     #[error("context full: {needed} tokens needed, room for {capacity}")]
     ContextFull { needed: usize, capacity: usize },
+    /// The KV budget cannot hold the request, even after evicting every cached prefix no running
+    /// request uses. Nothing resident was changed.
+    #[error("KV cache budget exhausted: {needed_pages} more pages needed, {free_pages} can be freed")]
+    CacheFull { needed_pages: usize, free_pages: usize },
+    /// A KV page accounting error (a double release, a write into a shared page): a bug in
+    /// hotprefix, reported instead of silently handing one page to two sequences. The cache must be
+    /// cleared before it is used again.
+    #[error("KV cache corrupt: {0}")]
+    CacheCorrupt(String),
     /// An argument outside its valid range (a token id past the vocabulary, a NaN temperature…).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -75,6 +84,8 @@ impl Error {
             Error::Gguf(_) => "GgufError",
             Error::ContextFull { .. } => "ContextFullError",
             Error::InvalidArgument(_) => "InvalidArgumentError",
+            Error::CacheFull { .. } => "CacheFullError",
+            Error::CacheCorrupt(_) => "CacheCorruptError",
             Error::Model(_) => "ModelError",
             Error::Tokenizer(_) => "TokenizerError",
             Error::Template(_) => "TemplateError",

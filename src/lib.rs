@@ -16,20 +16,25 @@
 //!
 //! Not yet: a prefix index shared between sequences, miss diagnostics, the JS worker API.
 
+pub mod api;
 pub mod chat;
+pub mod diagnose;
 pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod gpu;
 pub mod kv;
+pub mod lint;
 pub mod model;
 pub mod ops;
 pub mod oracle;
+pub mod prefix;
 pub mod quant;
 pub mod sample;
 pub mod selftest;
 pub mod testmodel;
 pub mod tokenizer;
+pub mod truncate;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
 

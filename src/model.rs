@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::{Batch, Gpu};
 use crate::kv::{KvCache, Sequence};
+
 use crate::ops::{self, AttnShape, KvSource, RopeShape, Weight};
 use crate::oracle;
 use crate::quant::Format;
@@ -89,17 +90,15 @@ impl Config {
 pub struct Options {
     /// Most tokens one forward call processes (longer prompts are split in chunks).
     pub chunk: usize,
-    /// Tokens of KV cache to allocate (all sequences together).
-    pub kv_tokens: usize,
-    /// Tokens per KV page.
-    pub page_size: usize,
+    /// Positions one sequence may reach (the context window); `None` = the trained context.
+    pub context: Option<usize>,
     /// Allocate room for the logits of every row of a chunk (scoring), not only the last.
     pub all_logits: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { chunk: 128, kv_tokens: 4096, page_size: 16, all_logits: false }
+        Options { chunk: 128, context: None, all_logits: false }
     }
 }
 
@@ -139,7 +138,8 @@ pub enum Logits {
     All,
 }
 
-/// A model loaded on the GPU with its KV cache and scratch buffers.
+/// A model loaded on the GPU with its scratch buffers. The KV cache lives beside it
+/// ([`KvCache`]), so that sequences and the prefix index can share pages without borrowing the model.
 pub struct Model {
     pub cfg: Config,
     pub opts: Options,
@@ -149,7 +149,6 @@ pub struct Model {
     layers: Vec<Layer>,
     rope: wgpu::Buffer, // [context, hd/2] (cos, sin)
     s: Scratch,
-    pub kv: KvCache,
     /// Bytes of weights on the GPU.
     pub weight_bytes: u64,
 }
@@ -186,15 +185,15 @@ async fn vector(gpu: &Gpu, g: &Gguf, file: &[u8], name: &str, n: usize) -> Resul
 }
 
 impl Model {
-    /// Uploads the model in `file` (a whole GGUF) and allocates its KV cache and scratch buffers.
+    /// Uploads the model in `file` (a whole GGUF) and allocates its scratch buffers.
     pub async fn load(gpu: &Gpu, file: &[u8], opts: Options) -> Result<Model> {
         let g = Gguf::parse(file)?;
         let cfg = Config::from_gguf(&g)?;
-        if opts.chunk == 0 || opts.page_size == 0 || opts.kv_tokens == 0 {
+        if opts.chunk == 0 || opts.context == Some(0) {
             return Err(Error::InvalidArgument(format!("{opts:?}: sizes must be positive")));
         }
-        // More KV than the model has positions is never used.
-        let opts = Options { kv_tokens: opts.kv_tokens.min(cfg.context), ..opts };
+        // Positions past the trained context are never used.
+        let opts = Options { context: Some(opts.context.unwrap_or(cfg.context).min(cfg.context)), ..opts };
         if g.tensors.len() < cfg.n_layer {
             return Err(Error::Model(format!("{} layers declared, only {} tensors in the file", cfg.n_layer, g.tensors.len())));
         }
@@ -230,7 +229,7 @@ impl Model {
                 return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
             }
         }
-        let max_pos = cfg.context.min(opts.kv_tokens).max(1);
+        let max_pos = opts.context.unwrap_or(cfg.context);
         let rope = gpu.upload("rope table", &oracle::rope_table(max_pos, hd, cfg.rope_base)).await?;
         let t = opts.chunk;
         let f = |n: usize| 4 * n as u64;
@@ -249,30 +248,29 @@ impl Model {
             argmax: gpu.storage("argmax", f(lrows)).await?,
             part: gpu.storage("attention partials", ops::attention_scratch_bytes(1, cfg.n_head, hd)).await?,
         };
-        let pages = opts.kv_tokens.div_ceil(opts.page_size);
-        let kv = KvCache::new(gpu, cfg.n_layer, pages, opts.page_size, cfg.n_kv_head, hd).await?;
         let mut weight_bytes = embed.buf.size() + output.as_ref().map_or(0, |w| w.buf.size()) + output_norm.size();
         for l in &layers {
             weight_bytes += [&l.qkv, &l.wo, &l.gate_up, &l.down].iter().map(|w| w.buf.size()).sum::<u64>();
             weight_bytes += l.attn_norm.size() + l.ffn_norm.size();
         }
-        Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, kv, weight_bytes })
+        Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, weight_bytes })
     }
 
-    /// Positions a sequence can reach: the trained context, bounded by the KV cache's size.
+    /// Positions a sequence can reach: the context window (`Options::context`).
     pub fn max_positions(&self) -> usize {
         self.cfg.context.min(self.rope.size() as usize / (4 * self.cfg.head_dim))
     }
 
-    /// A new, empty sequence on this model's KV cache, able to grow to `max_tokens`.
-    pub async fn sequence(&self, gpu: &Gpu, max_tokens: usize) -> Result<Sequence> {
-        Sequence::new(gpu, &self.kv, max_tokens.min(self.max_positions())).await
+    /// A KV cache for this model: `pages` pages of `page_size` positions, and a page table for
+    /// sequences up to the context window.
+    pub async fn kv_cache(&self, gpu: &Gpu, pages: usize, page_size: usize) -> Result<KvCache> {
+        KvCache::new(gpu, &self.cfg, pages, page_size, self.max_positions()).await
     }
 
     /// Runs `tokens` (at most `chunk`) through the model at positions `seq.len()..`, writing their
     /// K/V into `seq`'s pages, and computes the requested logits. On success the sequence has
     /// grown by `tokens.len()`; on error it is unchanged.
-    pub async fn forward(&mut self, gpu: &Gpu, seq: &mut Sequence, tokens: &[u32], logits: Logits) -> Result<()> {
+    pub async fn forward(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, tokens: &[u32], logits: Logits) -> Result<()> {
         let (c, t) = (&self.cfg, tokens.len());
         if t == 0 || t > self.opts.chunk {
             return Err(Error::InvalidArgument(format!("{t} tokens in one forward call (1 to {} allowed)", self.opts.chunk)));
@@ -287,32 +285,37 @@ impl Model {
         if start + t > self.max_positions() {
             return Err(Error::ContextFull { needed: start + t, capacity: self.max_positions() });
         }
-        let table_len = seq.reserve(gpu, &mut self.kv, t)?;
+        if kv.layers.len() != c.n_layer {
+            return Err(Error::InvalidArgument(format!("a KV cache of {} layers for a model of {}", kv.layers.len(), c.n_layer)));
+        }
+        let table_len = seq.reserve(t)?;
+        let table = kv.table_for(gpu, seq);
         let pos: Vec<u32> = (start as u32..(start + t) as u32).collect();
         gpu.write(&self.s.tokens, 0, tokens);
         gpu.write(&self.s.pos, 0, &pos);
         let mut b = gpu.batch()?;
-        self.record(&mut b, seq, t, table_len, logits)?;
+        self.record(&mut b, kv, table, seq.len(), t, table_len, logits)?;
         b.submit().await?;
         seq.advance(t);
         Ok(())
     }
 
     /// The forward pass proper: embed → layers → final norm → logits.
-    fn record(&self, b: &mut Batch, seq: &Sequence, t: usize, table_len: usize, logits: Logits) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    fn record(&self, b: &mut Batch, kv_cache: &KvCache, table: &wgpu::Buffer, start: usize, t: usize, table_len: usize, logits: Logits) -> Result<()> {
         let (c, s) = (&self.cfg, &self.s);
         let (d, hd, qkv_w) = (c.dim, c.head_dim, c.qkv_width());
         ops::embed(b, &s.tokens, &self.embed, &s.x, t)?;
-        for (l, kv) in self.layers.iter().zip(&self.kv.layers) {
+        for (l, kv) in self.layers.iter().zip(&kv_cache.layers) {
             // attention
             ops::rmsnorm(b, &s.x, &l.attn_norm, &s.xn, t, d, c.eps)?;
             ops::matmul(b, &s.xn, &l.qkv, &s.qkv, t)?;
             let rope = RopeShape { t, heads: c.n_head + c.n_kv_head, row_stride: qkv_w, head_dim: hd };
             ops::rope(b, &s.qkv, &s.pos, &self.rope, &rope)?;
             let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
-            ops::kv_write(b, &s.qkv, &src, &s.pos, &seq.table, table_len, kv)?;
-            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: seq.len() + t };
-            ops::attention(b, &s.qkv, &shape, &s.pos, &seq.table, table_len, kv, &s.att, &s.part)?;
+            ops::kv_write(b, &s.qkv, &src, &s.pos, table, table_len, kv)?;
+            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: start + t };
+            ops::attention(b, &s.qkv, &shape, &s.pos, table, table_len, kv, &s.att, &s.part)?;
             ops::matmul_acc(b, &s.att, &l.wo, &s.x, t)?; // x += att · woᵀ
             // feed-forward
             ops::rmsnorm(b, &s.x, &l.ffn_norm, &s.xn, t, d, c.eps)?;
@@ -349,21 +352,21 @@ impl Model {
 
     /// Prefills `tokens` in chunks, starting at the sequence's current length; computes the last
     /// row's logits.
-    pub async fn prefill(&mut self, gpu: &Gpu, seq: &mut Sequence, tokens: &[u32]) -> Result<()> {
+    pub async fn prefill(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, tokens: &[u32]) -> Result<()> {
         let chunks: Vec<&[u32]> = tokens.chunks(self.opts.chunk).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let logits = if i + 1 == chunks.len() { Logits::Last } else { Logits::None };
-            self.forward(gpu, seq, chunk, logits).await?;
+            self.forward(gpu, kv, seq, chunk, logits).await?;
         }
         Ok(())
     }
 
     /// Teacher-forces `tokens` from the sequence's current length and calls `row(i, logits)` with
     /// the full logits after token `i` (needs `Options::all_logits`).
-    pub async fn score(&mut self, gpu: &Gpu, seq: &mut Sequence, tokens: &[u32], mut row: impl FnMut(usize, &[f32])) -> Result<()> {
+    pub async fn score(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, tokens: &[u32], mut row: impl FnMut(usize, &[f32])) -> Result<()> {
         let mut done = 0;
         for chunk in tokens.chunks(self.opts.chunk) {
-            self.forward(gpu, seq, chunk, Logits::All).await?;
+            self.forward(gpu, kv, seq, chunk, Logits::All).await?;
             let logits = self.read_logits(gpu, chunk.len()).await?;
             for (i, r) in logits.chunks_exact(self.cfg.vocab).enumerate() {
                 row(done + i, r);

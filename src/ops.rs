@@ -23,6 +23,7 @@ static EMBED: Kernel = kernel!("embed", "main", [Read, Read, ReadWrite]);
 static ADD: Kernel = kernel!("add", "main", [ReadWrite, Read]);
 static ARGMAX: Kernel = kernel!("argmax", "main", [Read, ReadWrite]);
 static KV_WRITE: Kernel = kernel!("kv_write", "main", [Read, Read, Read, ReadWrite, ReadWrite]);
+static KV_COPY: Kernel = kernel!("kv_copy", "main", [ReadWrite, ReadWrite]);
 static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, Read, Read, ReadWrite, ReadWrite]);
 static ATTENTION_COMBINE: Kernel = kernel!("attention", "combine", [Read, Read, Read, Read, Read, ReadWrite, ReadWrite]);
 
@@ -228,6 +229,16 @@ pub fn kv_write(b: &mut Batch, src: &wgpu::Buffer, s: &KvSource, pos: &wgpu::Buf
     need("kv_write", "page table", table, table_len.max(1))?;
     let params = [u(s.t), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.row_stride), u(s.k_off), u(s.v_off), u(table_len)];
     b.dispatch(&KV_WRITE, &[], &params, &[src, pos, table, &kv.k, &kv.v], groups_1d(b.gpu(), s.t * width / 2))
+}
+
+/// Copies the first `n` positions of page `src` to page `dst` in one layer's K and V pages (the
+/// copy-on-write of a partly shared page).
+pub fn kv_copy(b: &mut Batch, kv: &KvPages, src: usize, dst: usize, n: usize) -> Result<()> {
+    if src >= kv.pages || dst >= kv.pages || src == dst || n > kv.page_size {
+        return Err(Error::shape("kv_copy", format!("{n} positions from page {src} to page {dst} of {} pages of {}", kv.pages, kv.page_size)));
+    }
+    let params = [u(src), u(dst), u(n), u(kv.n_kv), u(kv.page_size), u(kv.head_dim / 2)];
+    b.dispatch(&KV_COPY, &[], &params, &[&kv.k, &kv.v], [u(kv.n_kv * n * kv.head_dim / 2).div_ceil(64), 1, 1])
 }
 
 /// Shape of an attention call: `t` query rows of `q_stride` floats with `n_head` heads at the start,

@@ -131,3 +131,18 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], pos: &[u32], n_head: usize, n_
     }
     out
 }
+
+/// `pages` (`[pages, n_kv, page, words]`) with the first `n` positions of page `src` copied over
+/// page `dst`, every head.
+pub fn kv_copy(pages: &[u32], [_, n_kv, page, words]: [usize; 4], src: usize, dst: usize, n: usize) -> Vec<u32> {
+    let mut out = pages.to_vec();
+    let page_words = n_kv * page * words;
+    for h in 0..n_kv {
+        for s in 0..n {
+            let off = (h * page + s) * words;
+            let (from, to) = (src * page_words + off, dst * page_words + off);
+            out[to..to + words].copy_from_slice(&pages[from..from + words]);
+        }
+    }
+    out
+}

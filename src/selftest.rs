@@ -23,6 +23,8 @@ pub enum Check {
     Argmax { rows: usize, n: usize },
     /// `past` tokens already cached, then `t` new ones; pages shuffled in a pool of `pool` pages.
     Attention { past: usize, t: usize, n_head: usize, n_kv: usize, head_dim: usize, page: usize, pool: usize },
+    /// Copy the first `n` positions of one page to another (copy-on-write of a shared page).
+    KvCopy { pages: usize, page: usize, n_kv: usize, head_dim: usize, n: usize },
 }
 
 /// What a check measured.
@@ -50,6 +52,7 @@ impl Check {
             Check::Attention { past, t, n_head, n_kv, head_dim, page, pool } => {
                 format!("kv_write+attention past={past} T={t} heads={n_head}/{n_kv} hd={head_dim} page={page} pool={pool}")
             }
+            Check::KvCopy { pages, page, n_kv, head_dim, n } => format!("kv_copy pages={pages} page={page} n_kv={n_kv} hd={head_dim} n={n}"),
         }
     }
 
@@ -72,6 +75,8 @@ impl Check {
             Check::Argmax { rows: 3, n: 1000 },
             Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
             Check::Attention { past: 0, t: 1, n_head: 3, n_kv: 3, head_dim: 8, page: 2, pool: 2 },
+            Check::KvCopy { pages: 5, page: 4, n_kv: 2, head_dim: 16, n: 3 },
+            Check::KvCopy { pages: 3, page: 16, n_kv: 3, head_dim: 64, n: 16 },
         ]);
         v
     }
@@ -161,6 +166,24 @@ impl Check {
             }
             Check::Attention { past, t, n_head, n_kv, head_dim, page, pool } => {
                 attention(gpu, &mut rng, name, [past, t, n_head, n_kv, head_dim, page, pool], reps).await
+            }
+            Check::KvCopy { pages, page, n_kv, head_dim, n } => {
+                let kv = KvPages::new(gpu, pages, page, n_kv, head_dim).await?;
+                let words = pages * n_kv * page * head_dim / 2;
+                let k0: Vec<u32> = (0..words).map(|_| rng.next_u64() as u32).collect();
+                let v0: Vec<u32> = (0..words).map(|_| rng.next_u64() as u32).collect();
+                gpu.write(&kv.k, 0, &k0);
+                gpu.write(&kv.v, 0, &v0);
+                let (src, dst) = (pages - 1, rng.below(pages - 1));
+                ops_once(gpu, |b| ops::kv_copy(b, &kv, src, dst, n)).await?;
+                for (what, buf, before) in [("k", &kv.k, &k0), ("v", &kv.v, &v0)] {
+                    let got: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu.read(buf, buf.size()).await?);
+                    let want = oracle::kv_copy(before, [pages, n_kv, page, head_dim / 2], src, dst, n);
+                    if let Some(i) = (0..words).find(|&i| got[i] != want[i]) {
+                        return Err(Error::Mismatch(format!("{name}: {what}[{i}] = {:#x} (GPU) vs {:#x} (CPU)", got[i], want[i])));
+                    }
+                }
+                Ok(Report { name, max_err: 0.0, ms: None, rate: None })
             }
         }
     }

@@ -3,7 +3,9 @@
 //! [`tiny_gguf`] writes a GGUF in the same formats as the default model (token_embd Q8_0 and tied
 //! output head, every linear weight Q4_1, norms F32) but with 2 layers of width 96, 6 query heads
 //! over 2 KV heads (GQA ratio 3), head dim 16, FFN 160 and a vocabulary of 320: small enough for
-//! lavapipe and the browser's software adapter.
+//! lavapipe and the browser's software adapter. It carries a byte-level BPE tokenizer (256 byte
+//! tokens, 3 ChatML control tokens, 61 merges) and the ChatML template, so the whole engine —
+//! chat requests, the prompt cache, head truncation — runs on it in milliseconds.
 //!
 //! [`oracle_logits`] is the reference the GPU forward pass is tested against: llama2.c-style
 //! loops built only from the kernel oracles in [`crate::oracle`] and [`quant::dequantize`].
@@ -22,7 +24,7 @@ const KV_HEADS: usize = 2;
 const HEAD_DIM: usize = DIM / HEADS;
 const FFN: usize = 160;
 const VOCAB: usize = 320;
-const CONTEXT: usize = 128;
+const CONTEXT: usize = 1024;
 
 /// The tiny model's GGUF bytes; the same `seed` always gives the same bytes.
 ///
@@ -66,6 +68,7 @@ pub fn tiny_gguf(seed: u64) -> Vec<u8> {
     }
     norm(&mut rng, "output_norm.weight".into());
 
+    let (tokens, types, merges) = tiny_vocab();
     let metadata = [
         ("general.architecture", Value::Str("llama".into())),
         ("general.name", Value::Str(format!("hotprefix tiny test model (seed {seed})"))),
@@ -79,10 +82,49 @@ pub fn tiny_gguf(seed: u64) -> Vec<u8> {
         ("llama.rope.freq_base", Value::F32(10000.0)),
         ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
         ("llama.vocab_size", Value::U32(VOCAB as u32)),
+        ("tokenizer.ggml.model", Value::Str("gpt2".into())),
+        ("tokenizer.ggml.pre", Value::Str("smollm".into())),
+        ("tokenizer.ggml.tokens", Value::Array(tokens.into_iter().map(Value::Str).collect())),
+        ("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect())),
+        ("tokenizer.ggml.merges", Value::Array(merges.into_iter().map(Value::Str).collect())),
+        ("tokenizer.ggml.bos_token_id", Value::U32(257)),
+        ("tokenizer.ggml.eos_token_id", Value::U32(258)),
+        ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
+        ("tokenizer.chat_template", Value::Str(CHATML.into())),
     ];
     let refs: Vec<(&str, &[u64], u32, &[u8])> =
         tensors.iter().map(|(n, d, f, b)| (n.as_str(), d.as_slice(), f.ggml_type(), b.as_slice())).collect();
     gguf::write(&metadata, &refs)
+}
+
+/// SmolLM2's ChatML chat template (with its default system prompt).
+pub const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// The tiny vocabulary: the 256 bytes in GPT-2's byte alphabet, `<|endoftext|>`, `<|im_start|>`
+/// and `<|im_end|>` (ids 256-258, control), then one token per merge (ids 259-319).
+fn tiny_vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
+    // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the rest for 256 + n.
+    let mut alphabet = Vec::with_capacity(256);
+    let mut extra = 0;
+    for b in 0..=255u32 {
+        let printable = (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        alphabet.push(char::from_u32(c).map(String::from).unwrap_or_default());
+    }
+    let pairs = "th he in er an re on at en nd ti es or te of ed is it al ar st to nt ng se ha as ou io le ve co me de hi ri ro ic ne ea ra ce li ch ll be ma si om ur";
+    let mut merges: Vec<String> = pairs.split(' ').map(|p| format!("{} {}", &p[..1], &p[1..])).collect();
+    merges.extend("t a s w o i c b p m f".split(' ').map(|c| format!("\u{120} {c}")));
+    let mut tokens = alphabet;
+    tokens.extend(["<|endoftext|>", "<|im_start|>", "<|im_end|>"].map(String::from));
+    tokens.extend(merges.iter().map(|m| m.replace(' ', "")));
+    let mut types = vec![1; tokens.len()];
+    types[256..259].fill(3);
+    (tokens, types, merges)
 }
 
 /// A whole tensor of `file`, dequantized to f32, checked to be `dims` (GGUF order).
@@ -158,6 +200,13 @@ mod tests {
         assert_eq!(g.tensor("token_embd.weight").unwrap().ggml_type, Format::Q8_0.ggml_type());
         assert_eq!(g.tensor("blk.1.ffn_down.weight").unwrap().ggml_type, Format::Q4_1.ggml_type());
         assert!(g.tensor("output.weight").is_err(), "tied head");
+        let tok = crate::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+        assert_eq!(tok.vocab_size(), VOCAB);
+        let ids = tok.encode_with_special("<|im_start|>user\nthe cat<|im_end|>").unwrap();
+        assert_eq!(ids[0], 257);
+        assert_eq!(*ids.last().unwrap(), 258);
+        assert!(ids.contains(&tok.token_id("th").unwrap()), "merges apply: {ids:?}");
+        assert_eq!(tok.decode(&ids[1..ids.len() - 1]).unwrap(), "user\nthe cat");
     }
 
     #[test]

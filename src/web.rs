@@ -40,18 +40,25 @@ pub async fn run_kernel_checks(reps: usize) -> Result<JsValue, JsValue> {
     Ok(out.into())
 }
 
-/// A loaded model in the page: `await Engine.load(bytes)`, then `await engine.chat(...)`.
+/// A loaded model in the page: `await Engine.load(bytes)`, then `await engine.chat(request, onText)`.
 #[wasm_bindgen(js_name = Engine)]
 pub struct WebEngine {
     engine: crate::engine::Engine,
 }
 
+fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsValue> {
+    let text = serde_json::to_string(v).map_err(|e| crate::Error::InvalidArgument(e.to_string()))?;
+    js_sys::JSON::parse(&text)
+}
+
 #[wasm_bindgen(js_class = Engine)]
 impl WebEngine {
-    /// Loads a GGUF model from its bytes onto this browser's WebGPU adapter.
-    pub async fn load(bytes: Vec<u8>, kv_tokens: Option<usize>) -> Result<WebEngine, JsValue> {
+    /// Loads a GGUF model from its bytes onto this browser's WebGPU adapter, with a context window
+    /// of `context` positions (default: the model's) and a KV pool of `kv_budget_mb` MiB (default:
+    /// 512 or what the adapter allows).
+    pub async fn load(bytes: Vec<u8>, context: Option<usize>, kv_budget_mb: Option<f64>) -> Result<WebEngine, JsValue> {
         let gpu = Gpu::new().await?;
-        let opts = crate::model::Options { kv_tokens: kv_tokens.unwrap_or(2048), ..Default::default() };
+        let opts = crate::engine::EngineOptions { context, kv_budget_mb, ..Default::default() };
         let engine = crate::engine::Engine::load(gpu, &bytes, opts).await?;
         Ok(WebEngine { engine })
     }
@@ -61,31 +68,39 @@ impl WebEngine {
         self.engine.gpu.describe()
     }
 
-    /// Generates a reply to OpenAI-style `messages` (a JSON string), calling `onText(piece)` as
-    /// text arrives. Returns `{text, finish_reason, usage: {prompt_tokens, completion_tokens,
-    /// prompt_tokens_details: {cached_tokens}}, timings: {ttft_ms, prefill_tok_s, decode_tok_s}}`.
-    pub async fn chat(&mut self, messages: String, max_tokens: usize, temperature: f32, seed: u64, on_text: js_sys::Function) -> Result<JsValue, JsValue> {
-        let messages: Vec<crate::chat::Message> =
-            serde_json::from_str(&messages).map_err(|e| crate::Error::InvalidArgument(format!("messages: {e}")))?;
-        let prompt = self.engine.encode_chat(&messages)?;
-        let sampling = crate::sample::SamplingParams { temperature, seed, ..crate::sample::SamplingParams::default() };
-        let params = crate::engine::GenerateParams { max_tokens, sampling, stop: Vec::new() };
-        let g = self
+    /// Answers an OpenAI-shaped chat request (a JSON string: `{messages, max_tokens, temperature,
+    /// top_p, top_k, seed, stop, cache_salt}`), calling `onText(piece)` as text arrives. Returns
+    /// `{text, tokens, finish_reason, usage: {prompt_tokens, completion_tokens,
+    /// prompt_tokens_details: {cached_tokens}}, timings: {ttft_ms, prefill_ms, decode_tok_s},
+    /// cache: {reused_tokens, dropped_messages, diverged_at?, warnings}}`, as `hotprefix session`
+    /// prints it.
+    pub async fn chat(&mut self, request: String, on_text: js_sys::Function) -> Result<JsValue, JsValue> {
+        let req = crate::api::ChatRequest::from_json(&request)?;
+        let r = self
             .engine
-            .generate(&prompt, &params, |piece| {
+            .chat(&req, |piece| {
                 let _ = on_text.call1(&JsValue::NULL, &JsValue::from_str(piece));
             })
             .await?;
-        let out = serde_json::json!({
-            "text": g.text,
-            "finish_reason": match g.finish { crate::engine::Finish::Stop => "stop", crate::engine::Finish::Length => "length" },
-            "usage": {
-                "prompt_tokens": g.prompt_tokens,
-                "completion_tokens": g.tokens.len(),
-                "prompt_tokens_details": { "cached_tokens": g.cached_tokens },
-            },
-            "timings": { "ttft_ms": g.timings.ttft_ms, "prefill_tok_s": g.timings.prefill_tok_s, "decode_tok_s": g.timings.decode_tok_s },
-        });
-        js_sys::JSON::parse(&out.to_string())
+        to_js(&r)
     }
+
+    /// Pages used/free/total, bytes, and the resident prefixes (tokens, pages, last use).
+    #[wasm_bindgen(js_name = cacheStats)]
+    pub fn cache_stats(&self) -> Result<JsValue, JsValue> {
+        to_js(&self.engine.cache_stats())
+    }
+
+    /// Forgets every resident prefix.
+    #[wasm_bindgen(js_name = clearCache)]
+    pub fn clear_cache(&mut self) {
+        self.engine.clear_cache();
+    }
+}
+
+/// Canonical JSON (sorted keys, no spaces) of a JSON text, so that equal tool schemas give equal
+/// tokens.
+#[wasm_bindgen(js_name = canonicalJSON)]
+pub fn canonical_json(text: &str) -> Result<String, JsValue> {
+    Ok(crate::lint::canonicalize_json_text(text).map_err(crate::Error::InvalidArgument)?)
 }

@@ -3,18 +3,18 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use hotprefix::chat::Message;
-use hotprefix::engine::{Engine, Finish, GenerateParams};
+use hotprefix::engine::{Engine, EngineOptions, Finish, GenerateParams};
 use hotprefix::gpu::Gpu;
-use hotprefix::model::Options;
 use hotprefix::sample::SamplingParams;
 use hotprefix::Error;
 
+mod common;
+
 fn engine() -> Engine {
-    let path = format!("{}/models/SmolLM2-135M-Instruct.Q4_1.gguf", env!("CARGO_MANIFEST_DIR"));
-    let file = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e} — run scripts/fetch-model.sh first"));
+    let file = common::model_bytes();
     pollster::block_on(async {
         let gpu = Gpu::new().await.expect("GPU adapter");
-        Engine::load(gpu, &file, Options { kv_tokens: 1024, ..Options::default() }).await.expect("load")
+        Engine::load(gpu, &file, EngineOptions { context: Some(1024), kv_budget_mb: Some(64.0), ..EngineOptions::default() }).await.expect("load")
     })
 }
 
@@ -23,7 +23,7 @@ fn chat(user: &str) -> Vec<Message> {
 }
 
 fn greedy(max_tokens: usize) -> GenerateParams {
-    GenerateParams { max_tokens, sampling: SamplingParams::greedy(), stop: Vec::new() }
+    GenerateParams { max_tokens, sampling: SamplingParams::greedy(), ..GenerateParams::default() }
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Agreement with llama.cpp (a peer we did not write) on the default model, over the public
-//! reference prompts in ../shared/reference/. Bars from the issue; what an honest independent f32
+//! reference prompts in tests/data/reference/ (provenance in its README). Bars from the issue; what an honest independent f32
 //! implementation reaches is in that folder's README (≈97% top-1, KL ≈ 0.003).
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -8,18 +8,8 @@ use hotprefix::gpu::Gpu;
 use hotprefix::model::{Model, Options};
 use serde_json::Value;
 
-const MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-
-fn load_json(name: &str) -> Value {
-    let path = format!("{}/../shared/reference/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn model_bytes() -> Vec<u8> {
-    let path = format!("{}/{MODEL}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e} — run scripts/fetch-model.sh first"))
-}
+mod common;
+use common::{model_bytes, reference as load_json};
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
@@ -47,8 +37,9 @@ fn agrees_with_llama_cpp_on_the_public_prompts() {
     let file = model_bytes();
     pollster::block_on(async {
         let gpu = Gpu::new().await.expect("GPU adapter");
-        let opts = Options { chunk: 64, kv_tokens: 2048, page_size: 16, all_logits: true };
-        let mut model = Model::load(&gpu, &file, opts).await.expect("load model");
+        let opts = Options { chunk: 64, context: Some(2048), all_logits: true };
+        let model = Model::load(&gpu, &file, opts).await.expect("load model");
+        let kv = model.kv_cache(&gpu, 2048 / 16, 16).await.expect("KV cache");
         // Weights stay in their quantized form on the GPU: within 2% of the GGUF tensor bytes.
         let gguf_bytes: u64 = hotprefix::gguf::Gguf::parse(&file).unwrap().tensors.iter().map(|t| t.bytes).sum();
         let ratio = model.weight_bytes as f64 / gguf_bytes as f64;
@@ -69,11 +60,11 @@ fn agrees_with_llama_cpp_on_the_public_prompts() {
             // Teacher-force prompt + llama.cpp's greedy continuation in one pass.
             let mut all = prompt.clone();
             all.extend(&greedy);
-            let mut seq = model.sequence(&gpu, all.len()).await.unwrap();
+            let mut seq = kv.sequence(all.len());
             let n = prompt.len();
             let mut p_agree = 0;
             model
-                .score(&gpu, &mut seq, &all, |i, row| {
+                .score(&gpu, &kv, &mut seq, &all, |i, row| {
                     let ours = argmax(row);
                     if i < n {
                         let ids5 = ids(&top_ids[i]);
@@ -110,7 +101,7 @@ fn agrees_with_llama_cpp_on_the_public_prompts() {
                 .await
                 .unwrap();
             println!("{id}: {p_agree}/{n} top-1");
-            seq.clear(&mut model.kv);
+            drop(seq);
         }
         let top1 = agree as f64 / total as f64;
         let mean_dl = dl_sum / dl_n as f64;

@@ -8,6 +8,7 @@
 //! Every logit must satisfy |gpu − cpu| ≤ 1e-3 · max(1, |cpu|).
 
 use hotprefix::gpu::Gpu;
+use hotprefix::kv::KvCache;
 use hotprefix::model::{Logits, Model, Options};
 use hotprefix::selftest::Rng;
 use hotprefix::testmodel::{oracle_logits, tiny_gguf};
@@ -47,17 +48,18 @@ macro_rules! gpu_test {
 
 /// Chunks of 8 over pages of 4: prefill crosses chunk and page boundaries.
 fn opts() -> Options {
-    Options { chunk: 8, kv_tokens: 128, page_size: 4, all_logits: true }
+    Options { chunk: 8, context: Some(128), all_logits: true }
 }
 
-async fn load() -> (Gpu, Vec<u8>, Model) {
+async fn load() -> (Gpu, Vec<u8>, Model, KvCache) {
     let gpu = match Gpu::new().await {
         Ok(g) => g,
         Err(e) => panic!("GPU tests need an adapter (install Mesa lavapipe: see .ci/run): {e}"),
     };
     let file = tiny_gguf(1);
     let model = Model::load(&gpu, &file, opts()).await.expect("load the tiny model");
-    (gpu, file, model)
+    let kv = model.kv_cache(&gpu, 32, 4).await.expect("KV cache");
+    (gpu, file, model, kv)
 }
 
 fn tokens(seed: u64, n: usize) -> Vec<u32> {
@@ -107,12 +109,12 @@ fn check_argmax(what: &str, got: &[u32], want: &[f32], first_row: usize) {
 
 /// Scores 21 tokens in chunks of 8, 8, 5 (every row's logits) against the oracle.
 async fn score_matches_oracle() {
-    let (gpu, file, mut model) = load().await;
+    let (gpu, file, model, kv) = load().await;
     let toks = tokens(1, 21);
     let want = oracle_logits(&file, &toks).unwrap();
-    let mut seq = model.sequence(&gpu, toks.len()).await.unwrap();
+    let mut seq = kv.sequence(toks.len());
     let mut got = Vec::new();
-    model.score(&gpu, &mut seq, &toks, |_, r| got.extend_from_slice(r)).await.unwrap();
+    model.score(&gpu, &kv, &mut seq, &toks, |_, r| got.extend_from_slice(r)).await.unwrap();
     assert_eq!(got.len(), toks.len() * VOCAB);
     assert_eq!(seq.len(), toks.len());
     let max = compare("score", &got, &want, 0);
@@ -124,15 +126,15 @@ async fn score_matches_oracle() {
 
 /// Prefills 13 tokens (chunks of 8 and 5), then decodes 8 more one at a time.
 async fn decode_matches_oracle() {
-    let (gpu, file, mut model) = load().await;
+    let (gpu, file, model, kv) = load().await;
     let toks = tokens(2, 21);
     let want = oracle_logits(&file, &toks).unwrap();
-    let mut seq = model.sequence(&gpu, toks.len()).await.unwrap();
-    model.prefill(&gpu, &mut seq, &toks[..13]).await.unwrap();
+    let mut seq = kv.sequence(toks.len());
+    model.prefill(&gpu, &kv, &mut seq, &toks[..13]).await.unwrap();
     let mut max = compare("prefill", &model.read_logits(&gpu, 1).await.unwrap(), &want, 12);
     check_argmax("prefill", &model.read_argmax(&gpu, 1).await.unwrap(), &want, 12);
     for i in 13..toks.len() {
-        model.forward(&gpu, &mut seq, &toks[i..=i], Logits::Last).await.unwrap();
+        model.forward(&gpu, &kv, &mut seq, &toks[i..=i], Logits::Last).await.unwrap();
         assert_eq!(seq.len(), i + 1);
         let what = format!("decode step at position {i}");
         max = max.max(compare(&what, &model.read_logits(&gpu, 1).await.unwrap(), &want, i));
@@ -144,21 +146,21 @@ async fn decode_matches_oracle() {
 /// Runs 21 tokens, truncates to 6 (mid-page), feeds a different continuation of 11 in forward
 /// calls of 3 (matvec path) and 8 (tiled), and compares with the oracle of the new sequence.
 async fn truncate_and_refeed_matches_oracle() {
-    let (gpu, file, mut model) = load().await;
+    let (gpu, file, model, kv) = load().await;
     let first = tokens(3, 21);
-    let mut seq = model.sequence(&gpu, first.len()).await.unwrap();
-    model.prefill(&gpu, &mut seq, &first).await.unwrap();
-    let free = model.kv.free_pages();
-    seq.truncate(&mut model.kv, 6);
+    let mut seq = kv.sequence(first.len());
+    model.prefill(&gpu, &kv, &mut seq, &first).await.unwrap();
+    let free = kv.free_pages();
+    seq.truncate(6).unwrap();
     assert_eq!(seq.len(), 6);
-    assert_eq!(model.kv.free_pages(), free + 6 - 2, "21 tokens held 6 pages of 4, 6 tokens hold 2");
+    assert_eq!(kv.free_pages(), free + 6 - 2, "21 tokens held 6 pages of 4, 6 tokens hold 2");
     let mut toks = first[..6].to_vec();
     toks.extend(tokens(4, 11));
     assert_ne!(toks[6..], first[6..17], "a different continuation");
     let want = oracle_logits(&file, &toks).unwrap();
     let mut max = 0f32;
     for (start, end) in [(6, 9), (9, 17)] {
-        model.forward(&gpu, &mut seq, &toks[start..end], Logits::All).await.unwrap();
+        model.forward(&gpu, &kv, &mut seq, &toks[start..end], Logits::All).await.unwrap();
         assert_eq!(seq.len(), end);
         let what = format!("after truncation, positions {start}..{end}");
         max = max.max(compare(&what, &model.read_logits(&gpu, end - start).await.unwrap(), &want, start));
@@ -174,10 +176,10 @@ async fn matches_native_fixture() {
     let want: Vec<f32> = fixture["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
     assert_eq!(toks.len(), 12);
     assert_eq!(want.len(), toks.len() * VOCAB, "fixture logits are [12, {VOCAB}]");
-    let (gpu, _, mut model) = load().await;
-    let mut seq = model.sequence(&gpu, toks.len()).await.unwrap();
+    let (gpu, _, model, kv) = load().await;
+    let mut seq = kv.sequence(toks.len());
     let mut got = Vec::new();
-    model.score(&gpu, &mut seq, &toks, |_, r| got.extend_from_slice(r)).await.unwrap();
+    model.score(&gpu, &kv, &mut seq, &toks, |_, r| got.extend_from_slice(r)).await.unwrap();
     let max = compare("native fixture (stale? rerun scripts/make-tiny-fixture.sh)", &got, &want, 0);
     log!("vs native fixture: max |Δ| {max:e}");
 }

@@ -1,8 +1,7 @@
 //! Tokenizer and chat template against llama.cpp's own output for the default model
-//! (`/work/shared/reference`, see its README). Needs models/SmolLM2-135M-Instruct.Q4_1.gguf.
+//! (`tests/data/reference`, see its README). Needs models/SmolLM2-135M-Instruct.Q4_1.gguf.
 #![cfg(not(target_arch = "wasm32"))]
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use hotprefix::chat::{ChatTemplate, Message};
@@ -11,19 +10,13 @@ use hotprefix::tokenizer::{StreamDecoder, Tokenizer};
 use hotprefix::Error;
 use serde_json::Value as Json;
 
-const MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+mod common;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn model() -> &'static (Tokenizer, ChatTemplate) {
     static M: OnceLock<(Tokenizer, ChatTemplate)> = OnceLock::new();
     M.get_or_init(|| {
-        let path = root().join(MODEL);
-        let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-            panic!("cannot read {} ({e}): run scripts/fetch-model.sh to download the model", path.display())
-        });
+        let bytes = common::model_bytes();
         let g = Gguf::parse(&bytes).unwrap();
         (Tokenizer::from_gguf(&g).unwrap(), ChatTemplate::from_gguf(&g).unwrap())
     })
@@ -34,9 +27,7 @@ fn tok() -> &'static Tokenizer {
 }
 
 fn reference(name: &str) -> Json {
-    let path = root().join("../shared/reference").join(name);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
+    common::reference(name)
 }
 
 fn vectors() -> Vec<Json> {

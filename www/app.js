@@ -82,7 +82,7 @@ async function loadModel() {
   try {
     const bytes = await fetchWithProgress(MODEL_URL);
     modelStatus.textContent = 'Uploading to the GPU…';
-    engine = await Engine.load(bytes);
+    engine = await Engine.load(bytes, 2048, 64); // context window 2048 positions, KV pool 64 MiB
     modelStatus.textContent = `Loaded on ${engine.adapter()}`;
     sendButton.disabled = false;
     chatState('ready');
@@ -102,12 +102,16 @@ async function send() {
   reply.textContent = '';
   try {
     const maxTokens = Number(new URLSearchParams(location.search).get('max_tokens') ?? 128);
-    const r = await engine.chat(JSON.stringify(history), maxTokens, 0, 0n, (piece) => { reply.textContent += piece; });
+    const request = { messages: history, max_tokens: maxTokens, temperature: 0 };
+    const r = await engine.chat(JSON.stringify(request), (piece) => { reply.textContent += piece; });
     history.push({ role: 'assistant', content: r.text });
     const u = r.usage;
     stats.textContent = `${u.prompt_tokens} prompt tokens (${u.prompt_tokens_details.cached_tokens} cached), ` +
       `${u.completion_tokens} generated · first token ${r.timings.ttft_ms.toFixed(0)} ms · ` +
       `${r.timings.decode_tok_s.toFixed(1)} tok/s · ${r.finish_reason}`;
+    const d = r.cache.diverged_at;
+    if (d) stats.textContent += ` · prompt diverged from the cache at token ${d.token} (message ${d.message}, ${d.role}, character ${d.char})`;
+    for (const w of r.cache.warnings) stats.textContent += ` · ${w.code}: ${w.detail}`;
     chatState('answered');
   } catch (e) {
     history.pop();

@@ -27,11 +27,12 @@ fn main() {
     let rows = pollster::block_on(async {
         let gpu = Gpu::new().await.expect("a GPU adapter");
         eprintln!("adapter: {}", gpu.describe());
-        let opts = Options { chunk: 8, kv_tokens: 128, page_size: 4, all_logits: true };
-        let mut model = Model::load(&gpu, &file, opts).await.expect("load the tiny model");
-        let mut seq = model.sequence(&gpu, TOKENS.len()).await.expect("sequence");
+        let opts = Options { chunk: 8, context: Some(128), all_logits: true };
+        let model = Model::load(&gpu, &file, opts).await.expect("load the tiny model");
+        let kv = model.kv_cache(&gpu, 32, 4).await.expect("KV cache");
+        let mut seq = kv.sequence(TOKENS.len());
         let mut rows: Vec<Vec<f32>> = Vec::new();
-        model.score(&gpu, &mut seq, &TOKENS, |_, r| rows.push(r.to_vec())).await.expect("score");
+        model.score(&gpu, &kv, &mut seq, &TOKENS, |_, r| rows.push(r.to_vec())).await.expect("score");
         rows
     });
     let tokens: Vec<String> = TOKENS.iter().map(|t| t.to_string()).collect();

@@ -1,7 +1,11 @@
-//! `hotprefix bench`: kernel figures beside CPU baselines, and model prefill/decode tok/s.
+//! `hotprefix bench`: kernel figures beside CPU baselines, model prefill/decode tok/s, and the
+//! prompt cache (TTFT cold vs warm, prefill efficiency over a scripted chat).
 
 use std::time::Instant;
 
+use hotprefix::api::ChatRequest;
+use hotprefix::chat::Message;
+use hotprefix::engine::{Engine, EngineOptions};
 use hotprefix::gpu::Gpu;
 use hotprefix::model::{Logits, Model, Options};
 use hotprefix::quant::Format;
@@ -98,7 +102,8 @@ fn median(v: &mut [f64]) -> f64 {
 pub async fn model(path: &str, json: bool) -> Result<()> {
     let file = crate::read_model(path)?;
     let gpu = Gpu::new().await?;
-    let mut m = Model::load(&gpu, &file, Options { chunk: 512, kv_tokens: 2048, ..Options::default() }).await?;
+    let m = Model::load(&gpu, &file, Options { chunk: 512, context: Some(2048), ..Options::default() }).await?;
+    let kv = m.kv_cache(&gpu, 2048 / 16, 16).await?;
     // Token ids past the control tokens, drawn from a fixed seed: the same prompt every run.
     let mut rng = Rng(7);
     let vocab = m.cfg.vocab;
@@ -107,16 +112,16 @@ pub async fn model(path: &str, json: bool) -> Result<()> {
     }
     let prompt: Vec<u32> = (0..1500).map(|_| 17 + rng.below(vocab - 17) as u32).collect();
     // One sequence, cleared between runs: no buffers are created per run.
-    let mut seq = m.sequence(&gpu, 1500 + 128).await?;
+    let mut seq = kv.sequence(1500 + 128);
     let mut prefill = Vec::new();
     for n in [128usize, 512, 1500] {
         let mut runs = Vec::new();
         for _ in 0..3 {
             let t = now_ms();
-            m.prefill(&gpu, &mut seq, &prompt[..n]).await?;
+            m.prefill(&gpu, &kv, &mut seq, &prompt[..n]).await?;
             m.read_argmax(&gpu, 1).await?;
             runs.push(n as f64 / ((now_ms() - t) / 1e3));
-            seq.clear(&mut m.kv);
+            seq.clear()?;
         }
         prefill.push((n, median(&mut runs)));
     }
@@ -124,15 +129,15 @@ pub async fn model(path: &str, json: bool) -> Result<()> {
     for n in [128usize, 1500] {
         let mut runs = Vec::new();
         for _ in 0..3 {
-            m.prefill(&gpu, &mut seq, &prompt[..n]).await?;
+            m.prefill(&gpu, &kv, &mut seq, &prompt[..n]).await?;
             let mut next = m.read_argmax(&gpu, 1).await?[0];
             let t = now_ms();
             for _ in 0..128 {
-                m.forward(&gpu, &mut seq, &[next], Logits::Last).await?;
+                m.forward(&gpu, &kv, &mut seq, &[next], Logits::Last).await?;
                 next = m.read_argmax(&gpu, 1).await?[0];
             }
             runs.push(128.0 / ((now_ms() - t) / 1e3));
-            seq.clear(&mut m.kv);
+            seq.clear()?;
         }
         decode.push((n, median(&mut runs)));
     }
@@ -153,6 +158,125 @@ pub async fn model(path: &str, json: bool) -> Result<()> {
         }
         for (n, r) in &decode {
             println!("decode 128 tokens after {n:>5}: {r:>8.1} tok/s");
+        }
+    }
+    Ok(())
+}
+
+/// The public long-document prompt (system + a ~1,650-token document + a question), the same one
+/// llama.cpp's reference speed run uses (docs/PEER-SPEED.md).
+const PROMPTS: &str = include_str!("../../tests/data/reference/prompts-public.json");
+/// The second question of the peer's reuse protocol.
+const Q2: &str = "Question: How long and how wide are the chambers of the locks that opened in 2016?";
+/// The scripted chat's questions.
+const CHAT: [&str; 20] = [
+    "Who started the first attempt to build the canal?",
+    "Why did that attempt fail?",
+    "When did the United States take over the project?",
+    "Who was the chief engineer?",
+    "How were mosquitoes controlled?",
+    "When did the canal open?",
+    "How long is the canal?",
+    "What is Gatun Lake?",
+    "How do the locks lift ships?",
+    "Which treaty returned the canal to Panama?",
+    "When did Panama take full control?",
+    "What was the expansion project?",
+    "When did the new locks open?",
+    "How big are the new lock chambers?",
+    "What is a Neopanamax ship?",
+    "How much traffic passes each year?",
+    "What problems did droughts cause?",
+    "How is water saved in the new locks?",
+    "Why is the canal called a wonder?",
+    "Summarise the document in one sentence.",
+];
+
+/// The long-document prompt's system message, document (up to its question) and question.
+fn longdoc() -> Result<(Message, String, String)> {
+    let bad = |m: &str| hotprefix::Error::InvalidArgument(format!("prompts-public.json: {m}"));
+    let spec: serde_json::Value = serde_json::from_str(PROMPTS).map_err(|e| bad(&e.to_string()))?;
+    let p = spec["prompts"].as_array().and_then(|v| v.iter().find(|p| p["id"] == "pub-10-longdoc-qa")).ok_or_else(|| bad("no pub-10-longdoc-qa"))?;
+    let msgs: Vec<Message> = serde_json::from_value(p["messages"].clone()).map_err(|e| bad(&e.to_string()))?;
+    let [system, user] = msgs.as_slice() else { return Err(bad("expected system + user")) };
+    let cut = user.content.rfind("Question:").ok_or_else(|| bad("no question"))?;
+    Ok((system.clone(), user.content[..cut].to_string(), user.content[cut..].to_string()))
+}
+
+/// `hotprefix bench cache`: (1) TTFT of the long-document question cold and warm (after another
+/// question on the same document), beside the floor (the new suffix's share of the prompt);
+/// (2) a 20-turn chat over the pinned document in a small context window (several overflows):
+/// prefill efficiency = tokens that had to be computed ÷ tokens prefilled.
+pub async fn cache(path: &str, json: bool) -> Result<()> {
+    let file = crate::read_model(path)?;
+    let (system, doc, q1) = longdoc()?;
+    let gpu = Gpu::new().await?;
+    let adapter = gpu.describe();
+    let mut e = Engine::load(gpu, &file, EngineOptions { context: Some(4096), kv_budget_mb: Some(256.0), ..EngineOptions::default() }).await?;
+    let req = |q: &str, max_tokens| ChatRequest::new(vec![system.clone(), Message::new("user", format!("{doc}{q}"))], max_tokens);
+    // Warm-up: pipelines compiled, weights paged in.
+    e.chat(&ChatRequest::new(vec![Message::new("user", "Hi")], 2), |_| {}).await?;
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    let (mut prompt, mut cached) = (0, 0);
+    for _ in 0..3 {
+        e.clear_cache();
+        let c = e.chat(&req(Q2, 1), |_| {}).await?;
+        cold.push(c.timings.ttft_ms);
+        e.clear_cache();
+        e.chat(&req(&q1, 16), |_| {}).await?;
+        let w = e.chat(&req(Q2, 1), |_| {}).await?;
+        warm.push(w.timings.ttft_ms);
+        (prompt, cached) = (w.usage.prompt_tokens, w.usage.prompt_tokens_details.cached_tokens);
+    }
+    let (cold, warm) = (median(&mut cold), median(&mut warm));
+    let floor = (prompt - cached) as f64 / prompt as f64;
+    let ratio = warm / cold;
+
+    // The scripted chat: system + pinned document + 20 turns with the model's own replies.
+    e.clear_cache();
+    let context = 2048;
+    drop(e);
+    let opts = EngineOptions { context: Some(context), kv_budget_mb: Some(256.0), ..EngineOptions::default() };
+    let mut e = Engine::load(Gpu::new().await?, &file, opts).await?;
+    let mut msgs = vec![system.clone(), Message::new("user", doc.clone()).pinned(), Message::new("assistant", "I have read the document.")];
+    let mut computed: Vec<Vec<u32>> = Vec::new();
+    let (mut needed, mut prefilled, mut overflows, mut last_dropped) = (0usize, 0usize, 0usize, 0usize);
+    let mut turns = Vec::new();
+    for q in CHAT {
+        msgs.push(Message::new("user", q));
+        let r = e.chat(&ChatRequest::new(msgs.clone(), 32), |_| {}).await?;
+        let p = &r.prompt;
+        let lcp = computed.iter().map(|c| c.iter().zip(p).take_while(|(a, b)| a == b).count()).max().unwrap_or(0);
+        let need = p.len() - lcp.min(p.len() - 1);
+        let did = r.usage.prompt_tokens - r.usage.prompt_tokens_details.cached_tokens;
+        needed += need;
+        prefilled += did;
+        if r.cache.dropped_messages != last_dropped {
+            overflows += 1;
+            last_dropped = r.cache.dropped_messages;
+        }
+        turns.push(serde_json::json!({"prompt_tokens": r.usage.prompt_tokens, "cached_tokens": r.usage.prompt_tokens_details.cached_tokens,
+            "needed": need, "dropped_messages": r.cache.dropped_messages, "ttft_ms": r.timings.ttft_ms}));
+        let mut seq = p.clone();
+        let fed = if r.finish_reason == "length" { r.tokens.len().saturating_sub(1) } else { r.tokens.len() };
+        seq.extend_from_slice(&r.tokens[..fed]);
+        computed.push(seq);
+        msgs.push(Message::new("assistant", r.text));
+    }
+    let efficiency = needed as f64 / prefilled.max(1) as f64;
+    if json {
+        println!("{}", serde_json::json!({
+            "adapter": adapter,
+            "ttft": {"prompt_tokens": prompt, "cached_tokens": cached, "cold_ms": cold, "warm_ms": warm, "warm_over_cold": ratio, "floor": floor, "ratio_to_floor": ratio / floor},
+            "chat": {"turns": CHAT.len(), "context": context, "overflows": overflows, "needed": needed, "prefilled": prefilled, "prefill_efficiency": efficiency, "per_turn": turns},
+        }));
+    } else {
+        println!("adapter: {adapter}");
+        println!("TTFT, {prompt}-token prompt, {cached} cached: cold {cold:.0} ms, warm {warm:.0} ms, warm/cold {ratio:.4}");
+        println!("  floor (uncached share of the prompt) {floor:.4}: warm/cold = {:.2} x the floor", ratio / floor);
+        println!("20-turn chat in a {context}-token context: {overflows} overflows, {needed} tokens had to be computed, {prefilled} were prefilled: efficiency {efficiency:.2}");
+        for (i, t) in turns.iter().enumerate() {
+            println!("  turn {:>2}: {t}", i + 1);
         }
     }
     Ok(())

@@ -2,13 +2,14 @@
 //! (README "CLI"); errors are one line on stderr and a non-zero exit, never a backtrace.
 
 mod bench;
+mod session;
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use hotprefix::chat::Message;
-use hotprefix::engine::{Engine, Finish, GenerateParams};
+use hotprefix::engine::{Engine, EngineOptions, GenerateParams};
 use hotprefix::gpu::Gpu;
 use hotprefix::model::{Model, Options};
 use hotprefix::sample::SamplingParams;
@@ -67,9 +68,27 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         greedy: usize,
     },
-    /// Benchmarks: the model (prefill and decode tok/s), or `kernels`.
+    /// Runs chat requests (JSON lines) in order on one engine, printing one JSON result per line.
+    Session {
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        model: String,
+        /// A JSON-lines file of requests, or `-` for standard input (each answered before the next is read).
+        #[arg(long)]
+        requests: String,
+        /// Run every request cold (no prefix kept between requests), for comparison.
+        #[arg(long)]
+        no_cache: bool,
+        /// KV pool size in MiB (default: 512, or what the adapter's limits allow).
+        #[arg(long)]
+        kv_budget_mb: Option<f64>,
+        /// Context window: positions one request may use (default: the model's trained context).
+        #[arg(long)]
+        context: Option<usize>,
+    },
+    /// Benchmarks: the model (prefill and decode tok/s), `kernels`, or `cache` (TTFT cold vs warm,
+    /// and prefill efficiency over a scripted chat).
     Bench {
-        /// `model` (default) or `kernels`.
+        /// `model` (default), `kernels` or `cache`.
         #[arg(default_value = "model")]
         what: String,
         #[arg(long, default_value = DEFAULT_MODEL)]
@@ -97,14 +116,19 @@ fn main() -> ExitCode {
         match cli.cmd {
             Cmd::Run { model, prompt, messages, max_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop, json } => {
                 let sampling = SamplingParams { temperature, top_k, top_p, repetition_penalty, seed, ..SamplingParams::default() };
-                let params = GenerateParams { max_tokens, sampling, stop };
+                let params = GenerateParams { max_tokens, sampling, stop, ..GenerateParams::default() };
                 run(&model, prompt, messages, params, json).await
             }
             Cmd::Score { model, tokens, top, greedy } => score(&model, &tokens, top, greedy).await,
+            Cmd::Session { model, requests, no_cache, kv_budget_mb, context } => {
+                let opts = EngineOptions { context, kv_budget_mb, cache: !no_cache, ..EngineOptions::default() };
+                session::run(&model, &requests, opts).await
+            }
             Cmd::Bench { what, model, json } => match what.as_str() {
                 "model" => bench::model(&model, json).await,
                 "kernels" => bench::kernels().await,
-                other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model or kernels"))),
+                "cache" => bench::cache(&model, json).await,
+                other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model, kernels or cache"))),
             },
         }
     });
@@ -134,8 +158,7 @@ async fn run(model: &str, prompt: Option<String>, messages: Option<String>, para
         None => None,
     };
     let gpu = Gpu::new().await?;
-    let kv_tokens = 4096;
-    let mut engine = Engine::load(gpu, &file, Options { kv_tokens, ..Options::default() }).await?;
+    let mut engine = Engine::load(gpu, &file, EngineOptions { context: Some(4096), kv_budget_mb: Some(128.0), ..EngineOptions::default() }).await?;
     let ids = match (&prompt, &messages) {
         (_, Some(m)) => engine.encode_chat(m)?,
         (Some(p), None) => engine.tokenizer.encode_text(p)?,
@@ -154,13 +177,13 @@ async fn run(model: &str, prompt: Option<String>, messages: Option<String>, para
         let out = serde_json::json!({
             "text": g.text,
             "tokens": g.tokens,
-            "finish_reason": match g.finish { Finish::Stop => "stop", Finish::Length => "length" },
+            "finish_reason": g.finish.as_str(),
             "usage": {
                 "prompt_tokens": g.prompt_tokens,
                 "completion_tokens": g.tokens.len(),
                 "prompt_tokens_details": { "cached_tokens": g.cached_tokens },
             },
-            "timings": { "ttft_ms": g.timings.ttft_ms, "prefill_tok_s": g.timings.prefill_tok_s, "decode_tok_s": g.timings.decode_tok_s },
+            "timings": g.timings,
         });
         println!("{out}");
     } else {
@@ -175,15 +198,16 @@ async fn score(model: &str, tokens: &[u32], top: usize, greedy: usize) -> Result
     })?;
     let file = read_model(model)?;
     let gpu = Gpu::new().await?;
-    let opts = Options { chunk: 64, kv_tokens: total.next_multiple_of(16).max(16), all_logits: true, ..Options::default() };
-    let mut m = Model::load(&gpu, &file, opts).await?;
+    let opts = Options { chunk: 64, context: None, all_logits: true };
+    let m = Model::load(&gpu, &file, opts).await?;
     if total > m.max_positions() {
         return Err(Error::ContextFull { needed: total, capacity: m.max_positions() });
     }
-    let mut seq = m.sequence(&gpu, total).await?;
+    let kv = m.kv_cache(&gpu, total.div_ceil(16), 16).await?;
+    let mut seq = kv.sequence(total);
     let mut positions = Vec::with_capacity(tokens.len());
     let mut last = 0u32;
-    m.score(&gpu, &mut seq, tokens, |_, row| {
+    m.score(&gpu, &kv, &mut seq, tokens, |_, row| {
         let mut idx: Vec<u32> = (0..row.len() as u32).collect();
         let k = top.min(row.len());
         if k > 0 {
@@ -203,7 +227,7 @@ async fn score(model: &str, tokens: &[u32], top: usize, greedy: usize) -> Result
     for i in 0..greedy {
         out_greedy.push(next);
         if i + 1 < greedy {
-            m.forward(&gpu, &mut seq, &[next], hotprefix::model::Logits::Last).await?;
+            m.forward(&gpu, &kv, &mut seq, &[next], hotprefix::model::Logits::Last).await?;
             next = m.read_argmax(&gpu, 1).await?[0];
         }
     }

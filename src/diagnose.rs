@@ -1,0 +1,215 @@
+//! Prompt-layout lint: the warnings a request gets when it breaks a prompt-cache rule.
+//!
+//! - `dynamic_before_static`: a clock time, date, id or counter in a message that comes before a
+//!   long part that does not change (the rule: static first, dynamic last).
+//! - `history_rewritten`: a message in the middle of the conversation changed while later
+//!   messages were kept (the rule: history is append-only).
+//! - `json_serialization_changed`: a JSON value equal to one sent earlier, serialised differently
+//!   (the rule: canonical JSON, tool schemas in a fixed order).
+//!
+//! The last two compare with earlier requests of the same `cache_salt`, kept as hashes in
+//! [`History`] (a few requests and a few hundred JSON values: bounded memory).
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+
+use crate::api::Warning;
+use crate::chat::Message;
+use crate::engine::Encoded;
+use crate::lint;
+use crate::tokenizer::Tokenizer;
+
+/// Unchanging tokens after dynamic content from which it is worth a warning.
+pub const STATIC_AFTER_DYNAMIC: usize = 64;
+/// Earlier requests remembered per salt.
+const REQUESTS: usize = 16;
+/// JSON values remembered per salt.
+const JSON_VALUES: usize = 256;
+
+fn hash<T: Hash + ?Sized>(v: &T) -> u64 {
+    let mut h = DefaultHasher::new();
+    v.hash(&mut h);
+    h.finish()
+}
+
+fn message_hash(m: &Message) -> u64 {
+    hash(&(m.role.as_str(), m.content.as_str()))
+}
+
+#[derive(Debug, Default)]
+struct SaltHistory {
+    /// Message hashes of recent requests, oldest first.
+    requests: VecDeque<Vec<u64>>,
+    /// Canonical JSON hash → hash of the first serialisation seen.
+    json: HashMap<u64, u64>,
+}
+
+/// What the lint remembers of earlier requests, per salt.
+#[derive(Debug, Default)]
+pub struct History {
+    salts: HashMap<String, SaltHistory>,
+}
+
+impl History {
+    /// The warnings for a request: `messages` as sent, `kept` the indices that head truncation
+    /// kept, and `enc` their encoding.
+    pub fn lint(&self, salt: &str, messages: &[Message], kept: &[usize], enc: &Encoded, tok: &Tokenizer) -> Vec<Warning> {
+        let mut out = dynamic_before_static(messages, kept, enc, tok);
+        if let Some(h) = self.salts.get(salt) {
+            out.extend(history_rewritten(&h.requests, messages));
+            out.extend(json_changed(&h.json, messages));
+        }
+        out
+    }
+
+    /// Remembers a request that ran.
+    pub fn record(&mut self, salt: &str, messages: &[Message]) {
+        if self.salts.len() >= 64 && !self.salts.contains_key(salt) {
+            self.salts.clear();
+        }
+        let h = self.salts.entry(salt.to_string()).or_default();
+        h.requests.push_back(messages.iter().map(message_hash).collect());
+        if h.requests.len() > REQUESTS {
+            h.requests.pop_front();
+        }
+        for m in messages {
+            for s in lint::json_spans(&m.content) {
+                if h.json.len() >= JSON_VALUES {
+                    h.json.clear();
+                }
+                h.json.entry(hash(&s.canonical)).or_insert(hash(&s.raw));
+            }
+        }
+    }
+}
+
+fn dynamic_before_static(messages: &[Message], kept: &[usize], enc: &Encoded, tok: &Tokenizer) -> Vec<Warning> {
+    let mut out = Vec::new();
+    let Some(last) = enc.contents.last() else { return out };
+    // The last message is where dynamic content belongs: only what precedes it counts as static.
+    for (k, r) in enc.contents.iter().enumerate().take(enc.contents.len() - 1) {
+        let i = kept[k];
+        let content = &messages[i].content;
+        let Some(span) = lint::dynamic_spans(content).into_iter().next() else { continue };
+        // The span's token: the one whose bytes reach past the span's start.
+        let mut at = r.start;
+        let mut bytes = 0;
+        while at < r.end {
+            bytes += tok.token_bytes(enc.ids[at]).map_or(0, |b| b.len());
+            if bytes > span.start {
+                break;
+            }
+            at += 1;
+        }
+        let after = last.start.saturating_sub(at);
+        if after < STATIC_AFTER_DYNAMIC {
+            continue;
+        }
+        let chars = content[..span.start].chars().count();
+        out.push(Warning {
+            code: "dynamic_before_static",
+            message: Some(i),
+            detail: format!(
+                "message {i} ({}) has a {} ({:?}, character {chars}) before {after} tokens that look static; \
+                 when it changes, every token after it is recomputed. Put static content (system prompt, documents, \
+                 tool schemas) first and values that change (names, times, ids) in the last message.",
+                messages[i].role,
+                span.kind.name(),
+                span.text
+            ),
+        });
+    }
+    out
+}
+
+fn history_rewritten(requests: &VecDeque<Vec<u64>>, messages: &[Message]) -> Option<Warning> {
+    let now: Vec<u64> = messages.iter().map(message_hash).collect();
+    // The earlier request sharing the most leading messages (the latest on ties).
+    let (k, prev) = requests.iter().rev().map(|r| (r.iter().zip(&now).take_while(|(a, b)| a == b).count(), r)).max_by_key(|(k, _)| *k)?;
+    if k >= prev.len() || k >= now.len() {
+        return None; // appended to (or repeated) an earlier request
+    }
+    // Message k was replaced, not dropped (a client dropping old turns sends a later message of
+    // the earlier request in its place), and a later earlier-message survives after it.
+    if prev[k..].contains(&now[k]) {
+        return None;
+    }
+    let kept_later = prev[k + 1..].iter().any(|h| now[k + 1..].contains(h));
+    if !kept_later {
+        return None;
+    }
+    Some(Warning {
+        code: "history_rewritten",
+        message: Some(k),
+        detail: format!(
+            "message {k} ({}) differs from an earlier request's message {k}, while messages after it were kept: \
+             the history was rewritten in the middle, so everything from message {k} on is recomputed. \
+             Append new turns instead; to shorten a conversation, drop the oldest turns.",
+            messages[k].role
+        ),
+    })
+}
+
+fn json_changed(seen: &HashMap<u64, u64>, messages: &[Message]) -> Vec<Warning> {
+    let mut out = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        for s in lint::json_spans(&m.content) {
+            if seen.get(&hash(&s.canonical)).is_some_and(|&raw| raw != hash(&s.raw)) {
+                let chars = m.content[..s.start].chars().count();
+                out.push(Warning {
+                    code: "json_serialization_changed",
+                    message: Some(i),
+                    detail: format!(
+                        "message {i} ({}) has a JSON value (character {chars}) equal to one sent earlier but serialised \
+                         differently (key order or spacing), so its tokens differ and the cache misses from there. \
+                         Serialise JSON and tool schemas canonically (hotprefix's canonical JSON: sorted keys, no spaces).",
+                        m.role
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msgs(v: &[(&str, &str)]) -> Vec<Message> {
+        v.iter().map(|(r, c)| Message::new(*r, *c)).collect()
+    }
+
+    #[test]
+    fn a_replaced_middle_message_is_a_rewrite_a_dropped_turn_is_not() {
+        let mut h = VecDeque::new();
+        let first = msgs(&[("system", "S"), ("user", "u1"), ("assistant", "a1"), ("user", "u2")]);
+        h.push_back(first.iter().map(message_hash).collect());
+        // Appended: fine.
+        let appended = msgs(&[("system", "S"), ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
+        assert_eq!(history_rewritten(&h, &appended), None);
+        // The system prompt changed, the rest kept: a rewrite at message 0.
+        let rewritten = msgs(&[("system", "S at 12:01"), ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
+        assert_eq!(history_rewritten(&h, &rewritten).map(|w| (w.code, w.message)), Some(("history_rewritten", Some(0))));
+        // The oldest turn dropped: head truncation by the client, not a rewrite.
+        let dropped = msgs(&[("system", "S"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
+        assert_eq!(history_rewritten(&h, &dropped), None);
+        // Another conversation entirely: not a rewrite either.
+        let other = msgs(&[("system", "S"), ("user", "v1")]);
+        assert_eq!(history_rewritten(&h, &other), None);
+    }
+
+    #[test]
+    fn json_serialised_differently_is_flagged() {
+        let mut h = History::default();
+        h.record("", &msgs(&[("system", r#"Tools: {"name": "get", "parameters": {"type": "object"}}"#)]));
+        let seen = &h.salts[""].json;
+        let same = msgs(&[("system", r#"Tools: {"name": "get", "parameters": {"type": "object"}}"#)]);
+        assert!(json_changed(seen, &same).is_empty());
+        let reordered = msgs(&[("system", r#"Tools: {"parameters": {"type": "object"}, "name": "get"}"#)]);
+        let w = json_changed(seen, &reordered);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].code, "json_serialization_changed");
+    }
+}
