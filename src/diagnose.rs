@@ -55,8 +55,11 @@ impl History {
     /// The warnings for a request: `messages` as sent, `kept` the indices that head truncation
     /// kept, and `enc` their encoding.
     pub fn lint(&self, salt: &str, messages: &[Message], kept: &[usize], enc: &Encoded, tok: &Tokenizer) -> Vec<Warning> {
-        let mut out = dynamic_before_static(messages, kept, enc, tok);
-        if let Some(h) = self.salts.get(salt) {
+        let h = self.salts.get(salt);
+        // A message sent before, unchanged, evidently does not change: its dates are history.
+        let unchanged = |m: &Message| h.is_some_and(|h| h.requests.iter().any(|r| r.contains(&message_hash(m))));
+        let mut out = dynamic_before_static(messages, kept, enc, tok, unchanged);
+        if let Some(h) = h {
             out.extend(history_rewritten(&h.requests, messages));
             out.extend(json_changed(&h.json, messages));
         }
@@ -84,14 +87,41 @@ impl History {
     }
 }
 
-fn dynamic_before_static(messages: &[Message], kept: &[usize], enc: &Encoded, tok: &Tokenizer) -> Vec<Warning> {
+/// The current year (UTC), for telling today's dates from historical ones.
+fn current_year() -> i64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        js_sys::Date::new_0().get_utc_full_year() as i64
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        1970 + (secs as f64 / (365.2425 * 86400.0)) as i64
+    }
+}
+
+/// Whether a dynamic-looking span may really change between requests: a date naming a year far
+/// from this one is history (a document's dates), not today's date.
+fn looks_current(span: &lint::DynamicSpan, year: i64) -> bool {
+    if span.kind != lint::DynamicKind::Date {
+        return true;
+    }
+    let years: Vec<i64> = span.text.split(|c: char| !c.is_ascii_digit()).filter(|d| d.len() == 4).filter_map(|d| d.parse().ok()).collect();
+    years.is_empty() || years.iter().any(|y| (y - year).abs() <= 1)
+}
+
+fn dynamic_before_static(messages: &[Message], kept: &[usize], enc: &Encoded, tok: &Tokenizer, unchanged: impl Fn(&Message) -> bool) -> Vec<Warning> {
     let mut out = Vec::new();
     let Some(last) = enc.contents.last() else { return out };
+    let year = current_year();
     // The last message is where dynamic content belongs: only what precedes it counts as static.
     for (k, r) in enc.contents.iter().enumerate().take(enc.contents.len() - 1) {
         let i = kept[k];
         let content = &messages[i].content;
-        let Some(span) = lint::dynamic_spans(content).into_iter().next() else { continue };
+        if unchanged(&messages[i]) {
+            continue;
+        }
+        let Some(span) = lint::dynamic_spans(content).into_iter().find(|s| looks_current(s, year)) else { continue };
         // The span's token: the one whose bytes reach past the span's start.
         let mut at = r.start;
         let mut bytes = 0;
@@ -179,6 +209,13 @@ mod tests {
 
     fn msgs(v: &[(&str, &str)]) -> Vec<Message> {
         v.iter().map(|(r, c)| Message::new(*r, *c)).collect()
+    }
+
+    #[test]
+    fn historical_dates_are_not_dynamic() {
+        let spans = lint::dynamic_spans("It opened on August 15, 1914. Today is 2026-11-30, it is 09:14.");
+        let current: Vec<&str> = spans.iter().filter(|s| looks_current(s, 2026)).map(|s| s.text.as_str()).collect();
+        assert_eq!(current, ["2026-11-30", "09:14"]);
     }
 
     #[test]

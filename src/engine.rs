@@ -135,6 +135,8 @@ pub struct CacheStats {
     pub page_bytes: u64,
     pub bytes_total: u64,
     pub bytes_used: u64,
+    /// Pages evicted since the engine was loaded.
+    pub evicted_pages: u64,
     /// Resident prefixes (tokens, pages, salt, last use), most recent first.
     pub prefixes: Vec<ResidentPrefix>,
 }
@@ -165,6 +167,7 @@ pub struct Engine {
     index: PrefixIndex,
     history: History,
     cache: bool,
+    evicted: u64,
     /// Token ids that end a turn.
     stop_ids: Vec<u32>,
 }
@@ -206,7 +209,7 @@ impl Engine {
             .filter_map(|t| tokenizer.token_id(t))
             .collect();
         stop_ids.extend(tokenizer.eos_id());
-        Ok(Engine { gpu, model, tokenizer, template, kv, index, history: History::default(), cache: opts.cache, stop_ids })
+        Ok(Engine { gpu, model, tokenizer, template, kv, index, history: History::default(), cache: opts.cache, evicted: 0, stop_ids })
     }
 
     /// Positions a prompt plus its completion may use at most (the context window).
@@ -425,7 +428,7 @@ impl Engine {
                     break;
                 }
                 self.ensure_free(seq.pages_needed(1))?;
-                self.model.forward(&self.gpu, &self.kv, &mut seq, &[next], Logits::Last).await?;
+                self.model.decode_step(&self.gpu, &self.kv, &mut seq, next).await?;
                 steps += 1;
                 next = self.pick(&mut sampler, &recent).await?;
             }
@@ -503,6 +506,7 @@ impl Engine {
             return Ok(());
         }
         let freed = self.index.evict(pool, pages - free)?;
+        self.evicted += freed as u64;
         if free + freed < pages {
             return Err(Error::CacheFull { needed_pages: pages, free_pages: free + freed });
         }
@@ -543,6 +547,7 @@ impl Engine {
             page_bytes,
             bytes_total: pool.total() as u64 * page_bytes,
             bytes_used: pool.used() as u64 * page_bytes,
+            evicted_pages: self.evicted,
             prefixes: self
                 .index
                 .residents()

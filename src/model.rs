@@ -270,7 +270,21 @@ impl Model {
     /// Runs `tokens` (at most `chunk`) through the model at positions `seq.len()..`, writing their
     /// K/V into `seq`'s pages, and computes the requested logits. On success the sequence has
     /// grown by `tokens.len()`; on error it is unchanged.
+    ///
+    /// Every row comes out the same whatever chunk it is computed in (tiled matmuls and unsplit
+    /// attention, `ops::matmul_exact`): a prompt whose prefix came from the cache gets the K/V a
+    /// cold run computes, bit for bit.
     pub async fn forward(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, tokens: &[u32], logits: Logits) -> Result<()> {
+        self.run(gpu, kv, seq, tokens, logits, true).await
+    }
+
+    /// One decode step: `token` at position `seq.len()`, the last row's logits. Uses the faster
+    /// single-row kernels (matrix-vector, attention split over positions).
+    pub async fn decode_step(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, token: u32) -> Result<()> {
+        self.run(gpu, kv, seq, &[token], Logits::Last, false).await
+    }
+
+    async fn run(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, tokens: &[u32], logits: Logits, exact: bool) -> Result<()> {
         let (c, t) = (&self.cfg, tokens.len());
         if t == 0 || t > self.opts.chunk {
             return Err(Error::InvalidArgument(format!("{t} tokens in one forward call (1 to {} allowed)", self.opts.chunk)));
@@ -294,7 +308,7 @@ impl Model {
         gpu.write(&self.s.tokens, 0, tokens);
         gpu.write(&self.s.pos, 0, &pos);
         let mut b = gpu.batch()?;
-        self.record(&mut b, kv, table, seq.len(), t, table_len, logits)?;
+        self.record(&mut b, kv, table, seq.len(), t, table_len, logits, exact)?;
         b.submit().await?;
         seq.advance(t);
         Ok(())
@@ -302,26 +316,32 @@ impl Model {
 
     /// The forward pass proper: embed → layers → final norm → logits.
     #[allow(clippy::too_many_arguments)]
-    fn record(&self, b: &mut Batch, kv_cache: &KvCache, table: &wgpu::Buffer, start: usize, t: usize, table_len: usize, logits: Logits) -> Result<()> {
+    fn record(&self, b: &mut Batch, kv_cache: &KvCache, table: &wgpu::Buffer, start: usize, t: usize, table_len: usize, logits: Logits, exact: bool) -> Result<()> {
         let (c, s) = (&self.cfg, &self.s);
+        // y (+)= x · Wᵀ over the pass's t rows, on the kernel the pass wants.
+        let mm = |b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, acc: bool| match (exact, acc) {
+            (true, _) => ops::matmul_exact(b, x, w, y, t, acc),
+            (false, false) => ops::matmul(b, x, w, y, t),
+            (false, true) => ops::matmul_acc(b, x, w, y, t),
+        };
         let (d, hd, qkv_w) = (c.dim, c.head_dim, c.qkv_width());
         ops::embed(b, &s.tokens, &self.embed, &s.x, t)?;
         for (l, kv) in self.layers.iter().zip(&kv_cache.layers) {
             // attention
             ops::rmsnorm(b, &s.x, &l.attn_norm, &s.xn, t, d, c.eps)?;
-            ops::matmul(b, &s.xn, &l.qkv, &s.qkv, t)?;
+            mm(b, &s.xn, &l.qkv, &s.qkv, false)?;
             let rope = RopeShape { t, heads: c.n_head + c.n_kv_head, row_stride: qkv_w, head_dim: hd };
             ops::rope(b, &s.qkv, &s.pos, &self.rope, &rope)?;
             let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
             ops::kv_write(b, &s.qkv, &src, &s.pos, table, table_len, kv)?;
-            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: start + t };
+            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: start + t, split: !exact };
             ops::attention(b, &s.qkv, &shape, &s.pos, table, table_len, kv, &s.att, &s.part)?;
-            ops::matmul_acc(b, &s.att, &l.wo, &s.x, t)?; // x += att · woᵀ
+            mm(b, &s.att, &l.wo, &s.x, true)?; // x += att · woᵀ
             // feed-forward
             ops::rmsnorm(b, &s.x, &l.ffn_norm, &s.xn, t, d, c.eps)?;
-            ops::matmul(b, &s.xn, &l.gate_up, &s.gu, t)?;
+            mm(b, &s.xn, &l.gate_up, &s.gu, false)?;
             ops::swiglu(b, &s.gu, &s.h, t, c.ffn)?;
-            ops::matmul_acc(b, &s.h, &l.down, &s.x, t)?; // x += h · downᵀ
+            mm(b, &s.h, &l.down, &s.x, true)?; // x += h · downᵀ
         }
         let head = self.output.as_ref().unwrap_or(&self.embed);
         match logits {

@@ -35,7 +35,7 @@ const MV_ROWS: usize = 8;
 /// GPU and on a CPU adapter (lavapipe: measured in docs/BENCHMARKS.md).
 const MV_MIN_GROUPS: usize = 8;
 const MV_MIN_GROUPS_CPU: usize = 3;
-/// Token count from which prefill uses the 4×4-tiled matmul instead of one dot per output.
+/// Token count from which `matmul` uses the 4×4-tiled kernel instead of the matrix-vector one.
 const TILE_FROM: usize = 4;
 
 /// A weight matrix `[n, k]` on the GPU in its quantized form.
@@ -117,20 +117,28 @@ fn u(v: usize) -> u32 {
 
 /// `y[t, n] = x[t, k] · Wᵀ` (weights dequantized in the shader).
 pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
-    matmul_into(b, x, w, y, t, false)
+    matmul_into(b, x, w, y, t, false, t >= TILE_FROM)
+}
+
+/// `matmul` (or, with `acc`, `matmul_acc`) on the tiled kernel whatever `t` is. A row's result
+/// does not depend on which other rows share the dispatch, so a prompt computed in any split into
+/// chunks — a cached prefix and a new suffix, or all at once — gets the same K/V bit for bit:
+/// prefill uses it, decode the faster matrix-vector kernel.
+pub fn matmul_exact(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool) -> Result<()> {
+    matmul_into(b, x, w, y, t, acc, true)
 }
 
 /// `y[t, n] += x[t, k] · Wᵀ`: a projection with the residual add fused in (one dispatch, not two).
 pub fn matmul_acc(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
-    matmul_into(b, x, w, y, t, true)
+    matmul_into(b, x, w, y, t, true, t >= TILE_FROM)
 }
 
-fn matmul_into(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool) -> Result<()> {
+fn matmul_into(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, tiled: bool) -> Result<()> {
     need("matmul", "x", x, t * w.k)?;
     need("matmul", "y", y, t * w.n)?;
     let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k))];
-    if t < TILE_FROM {
+    if !tiled {
         // As many rows per invocation as leave enough workgroups to keep every core busy.
         let invocations = |r: usize| w.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
         // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
@@ -249,6 +257,10 @@ pub struct AttnShape {
     pub q_stride: usize,
     pub scale: f32,
     pub ctx: usize,
+    /// May split positions over invocations (flash-decoding) when there are few queries. The
+    /// split changes the order of the softmax sums: a pass that must give a row the same result
+    /// whatever other rows it runs with (prefill, see `matmul_exact`) does not split.
+    pub split: bool,
 }
 
 /// Invocations from which attention is parallel enough without splitting positions.
@@ -278,7 +290,7 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     }
     let heads = s.t * s.n_head;
     let stride = 16 * (kv.head_dim / 4 + 1) as u64;
-    let by_work = ATTN_PARALLEL.div_ceil(heads).min(s.ctx.div_ceil(ATTN_MIN_SPLIT));
+    let by_work = if s.split { ATTN_PARALLEL.div_ceil(heads).min(s.ctx.div_ceil(ATTN_MIN_SPLIT)) } else { 1 };
     let by_room = (part.size() / (stride * heads as u64)) as usize;
     let splits = by_work.min(by_room).max(1);
     // On a CPU adapter (lavapipe) every K/V load is costly: one invocation serves all the query

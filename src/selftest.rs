@@ -271,7 +271,7 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
     let pb = gpu.upload("pos", &all_pos[past..]).await?;
     let ob = gpu.storage("out", 4 * (t * qw) as u64).await?;
     let scale = 1.0 / (hd as f32).sqrt();
-    let shape = AttnShape { t, n_head, q_stride: stride, scale, ctx };
+    let shape = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: true };
     let part = gpu.storage("partials", ops::attention_scratch_bytes(t, n_head, hd)).await?;
     let ms = execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ob, &part)).await?;
     let got = gpu.read_f32(&ob, t * qw).await?;

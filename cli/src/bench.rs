@@ -7,7 +7,7 @@ use hotprefix::api::ChatRequest;
 use hotprefix::chat::Message;
 use hotprefix::engine::{Engine, EngineOptions};
 use hotprefix::gpu::Gpu;
-use hotprefix::model::{Logits, Model, Options};
+use hotprefix::model::{Model, Options};
 use hotprefix::quant::Format;
 use hotprefix::selftest::{now_ms, time_matmul, Rng};
 use hotprefix::Result;
@@ -133,7 +133,7 @@ pub async fn model(path: &str, json: bool) -> Result<()> {
             let mut next = m.read_argmax(&gpu, 1).await?[0];
             let t = now_ms();
             for _ in 0..128 {
-                m.forward(&gpu, &kv, &mut seq, &[next], Logits::Last).await?;
+                m.decode_step(&gpu, &kv, &mut seq, next).await?;
                 next = m.read_argmax(&gpu, 1).await?[0];
             }
             runs.push(128.0 / ((now_ms() - t) / 1e3));

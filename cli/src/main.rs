@@ -227,7 +227,7 @@ async fn score(model: &str, tokens: &[u32], top: usize, greedy: usize) -> Result
     for i in 0..greedy {
         out_greedy.push(next);
         if i + 1 < greedy {
-            m.forward(&gpu, &kv, &mut seq, &[next], hotprefix::model::Logits::Last).await?;
+            m.decode_step(&gpu, &kv, &mut seq, next).await?;
             next = m.read_argmax(&gpu, 1).await?[0];
         }
     }
