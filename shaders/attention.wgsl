@@ -7,7 +7,9 @@
 // With splits > 1 (decode: few tokens × heads, long context) each invocation covers one slice of
 // the positions and writes its unnormalised partial (acc, max, sum) to `part`; `combine` then
 // merges the slices of each (token, head) — flash-decoding, so a single query still spreads over
-// many invocations.
+// many invocations. With `span` > 0 the slices are fixed runs of `span` positions (slice s covers
+// positions s·span ..), so a query's result depends only on its own position, never on which other
+// queries share the pass (prefill needs that: see ops::Split).
 
 
 struct Params {
@@ -20,6 +22,7 @@ struct Params {
     scale: f32,      // usually 1/√hd
     table_len: u32,  // entries in the page table
     splits: u32,     // position slices per (token, head)
+    span: u32,       // positions per slice (0: the positions split evenly into `splits`)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -70,7 +73,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         l[r] = 0.0;
     }
     let n = pos[t] + 1u;
-    let per = (n + p.splits - 1u) / p.splits;
+    let per = select((n + p.splits - 1u) / p.splits, p.span, p.span > 0u);
     let end = min(n, (split + 1u) * per);
     for (var j = split * per; j < end; j++) {
         let page = table[min(j / p.page, p.table_len - 1u)];

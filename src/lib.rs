@@ -1,10 +1,12 @@
 //! hotprefix: small LLMs on WebGPU with the attention KV cache kept resident on the GPU.
 //!
 //! - [`engine::Engine`] loads a GGUF llama-family model (the default is SmolLM2-135M-Instruct),
-//!   renders its own chat template, tokenizes, and generates, keeping the sequence's KV resident
-//!   and reusing the longest common prefix of the next prompt;
-//! - [`model`] is the forward pass over a paged KV cache ([`kv`]), [`gguf`] the validated reader,
-//!   [`tokenizer`], [`chat`] and [`sample`] the CPU-side pieces;
+//!   renders its own chat template, tokenizes, and answers [`api::ChatRequest`]s over the
+//!   resident prompt cache: every request's K/V stays on the GPU, indexed by [`prefix`] (a radix
+//!   tree of pages), and later requests reuse the longest resident prefix by sharing pages;
+//!   [`truncate`] drops the oldest turns on overflow, [`diagnose`] and [`lint`] explain misses;
+//! - [`model`] is the forward pass over the paged KV cache ([`kv`]: page pool and sequences),
+//!   [`gguf`] the validated reader, [`tokenizer`], [`chat`] and [`sample`] the CPU-side pieces;
 //! - [`gpu::Gpu`] owns adapter, device and queue (browser WebGPU on wasm32, Vulkan/Metal/DX12/GL
 //!   natively), turns GPU errors and device loss into [`Error`]s and caches pipelines and bind
 //!   groups;
@@ -14,7 +16,7 @@
 //! - [`oracle`] and [`quant`] are the plain CPU references every kernel is tested against;
 //! - [`selftest`] runs those comparisons, natively, in the browser and on the demo page.
 //!
-//! Not yet: a prefix index shared between sequences, miss diagnostics, the JS worker API.
+//! Not yet: the JS worker API and npm package, KV persisted across page loads.
 
 pub mod api;
 pub mod chat;

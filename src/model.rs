@@ -6,7 +6,7 @@ use crate::gguf::Gguf;
 use crate::gpu::{Batch, Gpu};
 use crate::kv::{KvCache, Sequence};
 
-use crate::ops::{self, AttnShape, KvSource, RopeShape, Weight};
+use crate::ops::{self, AttnShape, KvSource, RopeShape, Split, Weight};
 use crate::oracle;
 use crate::quant::Format;
 
@@ -246,7 +246,7 @@ impl Model {
             last: gpu.storage("last", f(d)).await?,
             logits: gpu.storage("logits", f(lrows * cfg.vocab)).await?,
             argmax: gpu.storage("argmax", f(lrows)).await?,
-            part: gpu.storage("attention partials", ops::attention_scratch_bytes(1, cfg.n_head, hd)).await?,
+            part: gpu.storage("attention partials", ops::attention_scratch_bytes(t, cfg.n_head, hd, max_pos)).await?,
         };
         let mut weight_bytes = embed.buf.size() + output.as_ref().map_or(0, |w| w.buf.size()) + output_norm.size();
         for l in &layers {
@@ -334,7 +334,7 @@ impl Model {
             ops::rope(b, &s.qkv, &s.pos, &self.rope, &rope)?;
             let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
             ops::kv_write(b, &s.qkv, &src, &s.pos, table, table_len, kv)?;
-            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: start + t, split: !exact };
+            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: start + t, split: if exact { Split::Fixed } else { Split::Auto } };
             ops::attention(b, &s.qkv, &shape, &s.pos, table, table_len, kv, &s.att, &s.part)?;
             mm(b, &s.att, &l.wo, &s.x, true)?; // x += att · woᵀ
             // feed-forward

@@ -257,21 +257,35 @@ pub struct AttnShape {
     pub q_stride: usize,
     pub scale: f32,
     pub ctx: usize,
-    /// May split positions over invocations (flash-decoding) when there are few queries. The
-    /// split changes the order of the softmax sums: a pass that must give a row the same result
-    /// whatever other rows it runs with (prefill, see `matmul_exact`) does not split.
-    pub split: bool,
+    pub split: Split,
 }
+
+/// How attention spreads a query's positions over invocations (flash-decoding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// As many slices as keep the adapter busy when there are few queries (decode). The slices
+    /// depend on the pass, and so does the order of the softmax sums.
+    Auto,
+    /// Slices of [`ATTN_SPAN`] positions at multiples of it: a query's result depends only on its
+    /// own position, whatever other queries share the pass (prefill, see `matmul_exact`), and a few
+    /// queries over a long cached prefix still spread over many invocations.
+    Fixed,
+}
+
+/// Positions per attention slice with [`Split::Fixed`].
+pub const ATTN_SPAN: usize = 256;
 
 /// Invocations from which attention is parallel enough without splitting positions.
 const ATTN_PARALLEL: usize = 256;
 /// Fewest positions one attention split covers.
 const ATTN_MIN_SPLIT: usize = 32;
 
-/// Bytes of the `part` scratch buffer `attention` needs for up to `t` queries of `n_head` heads.
-pub fn attention_scratch_bytes(t: usize, n_head: usize, head_dim: usize) -> u64 {
-    let splits = ATTN_PARALLEL.div_ceil(t * n_head).max(1);
-    (t * n_head * splits * (head_dim / 4 + 1) * 16) as u64
+/// Bytes of the `part` scratch buffer `attention` needs for one query (decode, [`Split::Auto`])
+/// and for up to `t` queries over up to `ctx` positions ([`Split::Fixed`]), of `n_head` heads.
+pub fn attention_scratch_bytes(t: usize, n_head: usize, head_dim: usize, ctx: usize) -> u64 {
+    let auto = ATTN_PARALLEL.div_ceil(n_head).max(1) * n_head;
+    let fixed = t * n_head * ctx.div_ceil(ATTN_SPAN);
+    (auto.max(fixed) * (head_dim / 4 + 1) * 16) as u64
 }
 
 /// Causal GQA attention of `t` queries at positions `pos` over the pages in `table`. Few queries
@@ -290,15 +304,23 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     }
     let heads = s.t * s.n_head;
     let stride = 16 * (kv.head_dim / 4 + 1) as u64;
-    let by_work = if s.split { ATTN_PARALLEL.div_ceil(heads).min(s.ctx.div_ceil(ATTN_MIN_SPLIT)) } else { 1 };
     let by_room = (part.size() / (stride * heads as u64)) as usize;
-    let splits = by_work.min(by_room).max(1);
+    let (splits, span) = match s.split {
+        Split::Auto => (ATTN_PARALLEL.div_ceil(heads).min(s.ctx.div_ceil(ATTN_MIN_SPLIT)).min(by_room).max(1), 0),
+        Split::Fixed => {
+            let splits = s.ctx.div_ceil(ATTN_SPAN);
+            if splits > by_room.max(1) {
+                return Err(Error::shape("attention", format!("{splits} slices of {} queries need a larger partials buffer", s.t)));
+            }
+            (splits, ATTN_SPAN)
+        }
+    };
     // On a CPU adapter (lavapipe) every K/V load is costly: one invocation serves all the query
     // heads of a KV head and reads each row once. GPUs keep one head per invocation (parallelism).
     let ratio = s.n_head / kv.n_kv;
     let cpu = b.gpu().info.device_type == wgpu::DeviceType::Cpu;
     let group = if cpu && ratio <= 8 && ratio * kv.head_dim / 4 <= 128 { ratio } else { 1 };
-    let params = [u(s.t), u(s.n_head), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.q_stride), s.scale.to_bits(), u(table_len), u(splits)];
+    let params = [u(s.t), u(s.n_head), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.q_stride), s.scale.to_bits(), u(table_len), u(splits), u(span)];
     let buffers = [q, pos, table, &kv.k, &kv.v, out, part];
     let consts = [("GROUP", group as f64)];
     b.dispatch(&ATTENTION, &consts, &params, &buffers, groups_1d(b.gpu(), heads / group * splits))?;

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Batch, Gpu};
-use crate::ops::{self, AttnShape, KvPages, KvSource, RopeShape, Weight};
+use crate::ops::{self, AttnShape, KvPages, KvSource, RopeShape, Split, Weight};
 use crate::oracle;
 use crate::quant::{self, Format};
 
@@ -75,6 +75,7 @@ impl Check {
             Check::Argmax { rows: 3, n: 1000 },
             Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
             Check::Attention { past: 0, t: 1, n_head: 3, n_kv: 3, head_dim: 8, page: 2, pool: 2 },
+            Check::Attention { past: 600, t: 3, n_head: 6, n_kv: 2, head_dim: 16, page: 16, pool: 40 },
             Check::KvCopy { pages: 5, page: 4, n_kv: 2, head_dim: 16, n: 3 },
             Check::KvCopy { pages: 3, page: 16, n_kv: 3, head_dim: 64, n: 16 },
         ]);
@@ -271,13 +272,18 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
     let pb = gpu.upload("pos", &all_pos[past..]).await?;
     let ob = gpu.storage("out", 4 * (t * qw) as u64).await?;
     let scale = 1.0 / (hd as f32).sqrt();
-    let shape = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: true };
-    let part = gpu.storage("partials", ops::attention_scratch_bytes(t, n_head, hd)).await?;
-    let ms = execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ob, &part)).await?;
-    let got = gpu.read_f32(&ob, t * qw).await?;
+    let part = gpu.storage("partials", ops::attention_scratch_bytes(t, n_head, hd, ctx)).await?;
     let q: Vec<f32> = new.chunks_exact(stride).flat_map(|r| r[..qw].iter().copied()).collect();
     let want = oracle::attention(&q, &kc, &vc, &all_pos[past..], n_head, n_kv, hd, scale);
-    let max_err = compare(&name, "out", &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?;
+    // Fixed slices (prefill) first, then slices by parallelism (decode), which is also timed.
+    let fixed = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: Split::Fixed };
+    ops_once(gpu, |b| ops::attention(b, &qb, &fixed, &pb, &tb, n_pages, &kv, &ob, &part)).await?;
+    let got = gpu.read_f32(&ob, t * qw).await?;
+    let fixed_err = compare(&name, "out (fixed slices)", &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?;
+    let shape = AttnShape { split: Split::Auto, ..fixed };
+    let ms = execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ob, &part)).await?;
+    let got = gpu.read_f32(&ob, t * qw).await?;
+    let max_err = compare(&name, "out", &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?.max(fixed_err);
     let bytes = (t * n_head * (past + t) * hd * 2 * 2) as f64;
     Ok(Report::timed(name, max_err, ms, bytes, "GB/s"))
 }

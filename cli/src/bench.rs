@@ -203,8 +203,8 @@ fn longdoc() -> Result<(Message, String, String)> {
     Ok((system.clone(), user.content[..cut].to_string(), user.content[cut..].to_string()))
 }
 
-/// `hotprefix bench cache`: (1) TTFT of the long-document question cold and warm (after another
-/// question on the same document), beside the floor (the new suffix's share of the prompt);
+/// `hotprefix bench cache`: (1) TTFT of a long-document question cold and warm (right after
+/// another question on the same document), beside the floor (the new suffix's share of the prompt);
 /// (2) a 20-turn chat over the pinned document in a small context window (several overflows):
 /// prefill efficiency = tokens that had to be computed ÷ tokens prefilled.
 pub async fn cache(path: &str, json: bool) -> Result<()> {
@@ -218,15 +218,17 @@ pub async fn cache(path: &str, json: bool) -> Result<()> {
     e.chat(&ChatRequest::new(vec![Message::new("user", "Hi")], 2), |_| {}).await?;
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     let (mut prompt, mut cached) = (0, 0);
-    for _ in 0..3 {
+    // Cold: question 2's whole prompt with nothing resident. Warm: question 1 right after it (the
+    // document is resident, the new question and the generation prompt are not): the same
+    // 1,675-token shared prefix and ~26-token suffix as llama.cpp's reuse measurement.
+    for run in 0..3 {
         e.clear_cache();
-        let c = e.chat(&req(Q2, 1), |_| {}).await?;
+        let c = e.chat(&req(Q2, 16), |_| {}).await?;
         cold.push(c.timings.ttft_ms);
-        e.clear_cache();
-        e.chat(&req(&q1, 16), |_| {}).await?;
-        let w = e.chat(&req(Q2, 1), |_| {}).await?;
+        let w = e.chat(&req(&q1, 1), |_| {}).await?;
         warm.push(w.timings.ttft_ms);
         (prompt, cached) = (w.usage.prompt_tokens, w.usage.prompt_tokens_details.cached_tokens);
+        eprintln!("run {run}: cold {:.0} ms, warm {:.0} ms ({cached} of {prompt} cached)", c.timings.ttft_ms, w.timings.ttft_ms);
     }
     let (cold, warm) = (median(&mut cold), median(&mut warm));
     let floor = (prompt - cached) as f64 / prompt as f64;
@@ -255,6 +257,7 @@ pub async fn cache(path: &str, json: bool) -> Result<()> {
             overflows += 1;
             last_dropped = r.cache.dropped_messages;
         }
+        eprintln!("turn {}: {} prompt tokens, {} cached, ttft {:.0} ms", turns.len() + 1, r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens, r.timings.ttft_ms);
         turns.push(serde_json::json!({"prompt_tokens": r.usage.prompt_tokens, "cached_tokens": r.usage.prompt_tokens_details.cached_tokens,
             "needed": need, "dropped_messages": r.cache.dropped_messages, "ttft_ms": r.timings.ttft_ms}));
         let mut seq = p.clone();
