@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
 # Runs every test: native (cargo test on the machine's Vulkan adapter; lavapipe in CI), browser
 # (wasm-bindgen tests in headless Chromium's WebGPU) and the demo page (Playwright + Chromium).
-# Installs what is missing first (scripts/setup.sh).
+# Installs what is missing first (scripts/setup.sh). Prints each stage's time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+start=$SECONDS
+stage_start=$SECONDS
+stage() {
+  local now=$SECONDS
+  [ -z "${stage_name:-}" ] || echo "== done: $stage_name in $((now - stage_start)) s (total $((now - start)) s)"
+  stage_name=$1
+  stage_start=$now
+  [ -z "$stage_name" ] || echo "== $stage_name"
+}
+
+stage "set-up: scripts/setup.sh, scripts/fetch-model.sh"
 bash scripts/setup.sh
 bash scripts/fetch-model.sh
-export PATH="$HOME/.cargo/bin:$PATH"
 
-echo "== native tests: cargo test --workspace (release: the llama.cpp agreement test scores ~2,700 tokens)"
+stage "native tests: cargo test --workspace --release (the llama.cpp agreement test scores ~2,700 tokens)"
 cargo test --workspace --release
 
-echo "== browser tests: wasm-pack test --headless --chrome"
+stage "browser tests: wasm-pack test --headless --chrome"
 wasm-pack test --headless --chrome
 
-echo "== page tests: demo page in headless Chromium"
+stage "page tests: demo page in headless Chromium"
 wasm-pack build --release --target web --out-dir www/pkg --no-pack
 node --test tests/page/
+
+stage ""
