@@ -429,7 +429,7 @@ mod tests {
         let mut idx = PrefixIndex::new(PS);
         let mut inserted: Vec<(String, Vec<u32>)> = Vec::new();
         for _ in 0..400 {
-            let salt = if rng.next_u64() % 4 == 0 { "s" } else { "" }.to_string();
+            let salt = if rng.next_u64().is_multiple_of(4) { "s" } else { "" }.to_string();
             let base = inserted.get((rng.next_u64() as usize) % inserted.len().max(1)).map(|x| x.1.clone()).unwrap_or_default();
             let keep = (rng.next_u64() as usize) % (base.len() + 1);
             let mut q: Vec<u32> = base[..keep].to_vec();

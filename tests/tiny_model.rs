@@ -133,8 +133,8 @@ async fn decode_matches_oracle() {
     model.prefill(&gpu, &kv, &mut seq, &toks[..13]).await.unwrap();
     let mut max = compare("prefill", &model.read_logits(&gpu, 1).await.unwrap(), &want, 12);
     check_argmax("prefill", &model.read_argmax(&gpu, 1).await.unwrap(), &want, 12);
-    for i in 13..toks.len() {
-        model.decode_step(&gpu, &kv, &mut seq, toks[i]).await.unwrap();
+    for (i, &tok) in toks.iter().enumerate().skip(13) {
+        model.decode_step(&gpu, &kv, &mut seq, tok).await.unwrap();
         assert_eq!(seq.len(), i + 1);
         let what = format!("decode step at position {i}");
         max = max.max(compare(&what, &model.read_logits(&gpu, 1).await.unwrap(), &want, i));
