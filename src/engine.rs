@@ -25,7 +25,7 @@ use crate::selftest::now_ms;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::truncate;
 
-/// The KV budget when none is given: 512 MiB (22,000 positions of the default model), or less
+/// The KV budget when none is given: 512 MiB (23,300 positions of the default model), or less
 /// where the adapter's binding limits allow less. Browsers do not say how much GPU memory there
 /// is; this is a few full contexts, a fraction of what integrated GPUs share with the system.
 pub const DEFAULT_KV_BUDGET_MB: f64 = 512.0;
