@@ -45,6 +45,20 @@ struct SaltHistory {
     json: HashMap<u64, u64>,
 }
 
+/// What the lint computes of a request's messages once, for both the warnings and [`History::record`].
+pub struct Seen {
+    /// Hash of each message's role and content.
+    hashes: Vec<u64>,
+    /// The JSON values embedded in each message.
+    json: Vec<Vec<lint::JsonSpan>>,
+}
+
+impl Seen {
+    pub fn of(messages: &[Message]) -> Seen {
+        Seen { hashes: messages.iter().map(message_hash).collect(), json: messages.iter().map(|m| lint::json_spans(&m.content)).collect() }
+    }
+}
+
 /// What the lint remembers of earlier requests, per salt.
 #[derive(Debug, Default)]
 pub struct History {
@@ -52,37 +66,35 @@ pub struct History {
 }
 
 impl History {
-    /// The warnings for a request: `messages` as sent, `kept` the indices that head truncation
-    /// kept, and `enc` their encoding.
-    pub fn lint(&self, salt: &str, messages: &[Message], kept: &[usize], enc: &Encoded, tok: &Tokenizer) -> Vec<Warning> {
+    /// The warnings for a request: `messages` as sent (`seen` computed from them), `kept` the
+    /// indices that head truncation kept, and `enc` their encoding.
+    pub fn lint(&self, salt: &str, messages: &[Message], seen: &Seen, kept: &[usize], enc: &Encoded, tok: &Tokenizer) -> Vec<Warning> {
         let h = self.salts.get(salt);
         // A message sent before, unchanged, evidently does not change: its dates are history.
-        let unchanged = |m: &Message| h.is_some_and(|h| h.requests.iter().any(|r| r.contains(&message_hash(m))));
+        let unchanged = |i: usize| h.is_some_and(|h| h.requests.iter().any(|r| r.contains(&seen.hashes[i])));
         let mut out = dynamic_before_static(messages, kept, enc, tok, unchanged);
         if let Some(h) = h {
-            out.extend(history_rewritten(&h.requests, messages));
-            out.extend(json_changed(&h.json, messages));
+            out.extend(history_rewritten(&h.requests, messages, &seen.hashes));
+            out.extend(json_changed(&h.json, messages, &seen.json));
         }
         out
     }
 
     /// Remembers a request that ran.
-    pub fn record(&mut self, salt: &str, messages: &[Message]) {
+    pub fn record(&mut self, salt: &str, seen: Seen) {
         if self.salts.len() >= 64 && !self.salts.contains_key(salt) {
             self.salts.clear();
         }
         let h = self.salts.entry(salt.to_string()).or_default();
-        h.requests.push_back(messages.iter().map(message_hash).collect());
+        h.requests.push_back(seen.hashes);
         if h.requests.len() > REQUESTS {
             h.requests.pop_front();
         }
-        for m in messages {
-            for s in lint::json_spans(&m.content) {
-                if h.json.len() >= JSON_VALUES {
-                    h.json.clear();
-                }
-                h.json.entry(hash(&s.canonical)).or_insert(hash(&s.raw));
+        for s in seen.json.iter().flatten() {
+            if h.json.len() >= JSON_VALUES {
+                h.json.clear();
             }
+            h.json.entry(hash(&s.canonical)).or_insert(hash(&s.raw));
         }
     }
 }
@@ -110,7 +122,7 @@ fn looks_current(span: &lint::DynamicSpan, year: i64) -> bool {
     years.is_empty() || years.iter().any(|y| (y - year).abs() <= 1)
 }
 
-fn dynamic_before_static(messages: &[Message], kept: &[usize], enc: &Encoded, tok: &Tokenizer, unchanged: impl Fn(&Message) -> bool) -> Vec<Warning> {
+fn dynamic_before_static(messages: &[Message], kept: &[usize], enc: &Encoded, tok: &Tokenizer, unchanged: impl Fn(usize) -> bool) -> Vec<Warning> {
     let mut out = Vec::new();
     let Some(last) = enc.contents.last() else { return out };
     let year = current_year();
@@ -118,7 +130,7 @@ fn dynamic_before_static(messages: &[Message], kept: &[usize], enc: &Encoded, to
     for (k, r) in enc.contents.iter().enumerate().take(enc.contents.len() - 1) {
         let i = kept[k];
         let content = &messages[i].content;
-        if unchanged(&messages[i]) {
+        if unchanged(i) {
             continue;
         }
         let Some(span) = lint::dynamic_spans(content).into_iter().find(|s| looks_current(s, year)) else { continue };
@@ -153,10 +165,9 @@ fn dynamic_before_static(messages: &[Message], kept: &[usize], enc: &Encoded, to
     out
 }
 
-fn history_rewritten(requests: &VecDeque<Vec<u64>>, messages: &[Message]) -> Option<Warning> {
-    let now: Vec<u64> = messages.iter().map(message_hash).collect();
+fn history_rewritten(requests: &VecDeque<Vec<u64>>, messages: &[Message], now: &[u64]) -> Option<Warning> {
     // The earlier request sharing the most leading messages (the latest on ties).
-    let (k, prev) = requests.iter().rev().map(|r| (r.iter().zip(&now).take_while(|(a, b)| a == b).count(), r)).max_by_key(|(k, _)| *k)?;
+    let (k, prev) = requests.iter().rev().map(|r| (r.iter().zip(now).take_while(|(a, b)| a == b).count(), r)).max_by_key(|(k, _)| *k)?;
     if k >= prev.len() || k >= now.len() {
         return None; // appended to (or repeated) an earlier request
     }
@@ -181,10 +192,10 @@ fn history_rewritten(requests: &VecDeque<Vec<u64>>, messages: &[Message]) -> Opt
     })
 }
 
-fn json_changed(seen: &HashMap<u64, u64>, messages: &[Message]) -> Vec<Warning> {
+fn json_changed(seen: &HashMap<u64, u64>, messages: &[Message], spans: &[Vec<lint::JsonSpan>]) -> Vec<Warning> {
     let mut out = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        for s in lint::json_spans(&m.content) {
+    for ((i, m), spans) in messages.iter().enumerate().zip(spans) {
+        for s in spans {
             if seen.get(&hash(&s.canonical)).is_some_and(|&raw| raw != hash(&s.raw)) {
                 let chars = m.content[..s.start].chars().count();
                 out.push(Warning {
@@ -211,6 +222,14 @@ mod tests {
         v.iter().map(|(r, c)| Message::new(*r, *c)).collect()
     }
 
+    fn rewrite_of(h: &VecDeque<Vec<u64>>, m: &[Message]) -> Option<Warning> {
+        history_rewritten(h, m, &Seen::of(m).hashes)
+    }
+
+    fn changed(seen: &HashMap<u64, u64>, m: &[Message]) -> Vec<Warning> {
+        json_changed(seen, m, &Seen::of(m).json)
+    }
+
     #[test]
     fn historical_dates_are_not_dynamic() {
         let spans = lint::dynamic_spans("It opened on August 15, 1914. Today is 2026-11-30, it is 09:14.");
@@ -222,30 +241,30 @@ mod tests {
     fn a_replaced_middle_message_is_a_rewrite_a_dropped_turn_is_not() {
         let mut h = VecDeque::new();
         let first = msgs(&[("system", "S"), ("user", "u1"), ("assistant", "a1"), ("user", "u2")]);
-        h.push_back(first.iter().map(message_hash).collect());
+        h.push_back(Seen::of(&first).hashes);
         // Appended: fine.
         let appended = msgs(&[("system", "S"), ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
-        assert_eq!(history_rewritten(&h, &appended), None);
+        assert_eq!(rewrite_of(&h, &appended), None);
         // The system prompt changed, the rest kept: a rewrite at message 0.
         let rewritten = msgs(&[("system", "S at 12:01"), ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
-        assert_eq!(history_rewritten(&h, &rewritten).map(|w| (w.code, w.message)), Some(("history_rewritten", Some(0))));
+        assert_eq!(rewrite_of(&h, &rewritten).map(|w| (w.code, w.message)), Some(("history_rewritten", Some(0))));
         // The oldest turn dropped: head truncation by the client, not a rewrite.
         let dropped = msgs(&[("system", "S"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
-        assert_eq!(history_rewritten(&h, &dropped), None);
+        assert_eq!(rewrite_of(&h, &dropped), None);
         // Another conversation entirely: not a rewrite either.
         let other = msgs(&[("system", "S"), ("user", "v1")]);
-        assert_eq!(history_rewritten(&h, &other), None);
+        assert_eq!(rewrite_of(&h, &other), None);
     }
 
     #[test]
     fn json_serialised_differently_is_flagged() {
         let mut h = History::default();
-        h.record("", &msgs(&[("system", r#"Tools: {"name": "get", "parameters": {"type": "object"}}"#)]));
+        h.record("", Seen::of(&msgs(&[("system", r#"Tools: {"name": "get", "parameters": {"type": "object"}}"#)])));
         let seen = &h.salts[""].json;
         let same = msgs(&[("system", r#"Tools: {"name": "get", "parameters": {"type": "object"}}"#)]);
-        assert!(json_changed(seen, &same).is_empty());
+        assert!(changed(seen, &same).is_empty());
         let reordered = msgs(&[("system", r#"Tools: {"parameters": {"type": "object"}, "name": "get"}"#)]);
-        let w = json_changed(seen, &reordered);
+        let w = changed(seen, &reordered);
         assert_eq!(w.len(), 1);
         assert_eq!(w[0].code, "json_serialization_changed");
     }

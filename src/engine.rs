@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use crate::api::{self, CacheReport, ChatRequest, ChatResult, DivergedAt, PromptTokensDetails, Usage};
 use crate::chat::{ChatTemplate, Message};
-use crate::diagnose::History;
+use crate::diagnose::{History, Seen};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::Gpu;
@@ -137,16 +137,8 @@ pub struct CacheStats {
     pub bytes_used: u64,
     /// Pages evicted since the engine was loaded.
     pub evicted_pages: u64,
-    /// Resident prefixes (tokens, pages, salt, last use), most recent first.
-    pub prefixes: Vec<ResidentPrefix>,
-}
-
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct ResidentPrefix {
-    pub tokens: usize,
-    pub pages: usize,
-    pub salt: String,
-    pub last_use: u64,
+    /// Resident prefixes (salt, tokens, pages, last use), most recent first.
+    pub prefixes: Vec<Resident>,
 }
 
 /// A prompt encoded from messages: the token ids and where each message's content lies.
@@ -181,8 +173,8 @@ impl Engine {
             Some(_) => Some(ChatTemplate::from_gguf(&g)?),
             None => None,
         };
-        if opts.page_size == 0 || opts.chunk == 0 {
-            return Err(Error::InvalidArgument(format!("page size {} and chunk {} must be positive", opts.page_size, opts.chunk)));
+        if opts.page_size == 0 {
+            return Err(Error::InvalidArgument("KV page size 0".into()));
         }
         let model = Model::load(&gpu, file, Options { chunk: opts.chunk, context: opts.context, all_logits: false }).await?;
         if tokenizer.vocab_size() > model.cfg.vocab {
@@ -266,10 +258,11 @@ impl Engine {
         }
         let (enc, kept) = self.fit(&req.messages, req.max_tokens)?;
         let salt = req.cache_salt.clone().unwrap_or_default();
-        let warnings = self.history.lint(&salt, &req.messages, &kept, &enc, &self.tokenizer);
+        let seen = Seen::of(&req.messages);
+        let warnings = self.history.lint(&salt, &req.messages, &seen, &kept, &enc, &self.tokenizer);
         let params = GenerateParams { max_tokens: req.max_tokens, sampling: req.sampling(), stop: req.stop.to_vec(), cache_salt: salt.clone(), abort };
         let g = self.generate(&enc.ids, &params, on_text).await?;
-        self.history.record(&salt, &req.messages);
+        self.history.record(&salt, seen);
         let diverged_at = g.divergence.as_ref().map(|d| self.locate(d, &enc, &kept, &req.messages));
         Ok(ChatResult {
             text: g.text,
@@ -389,6 +382,9 @@ impl Engine {
             self.model.forward(&self.gpu, &self.kv, &mut seq, chunk, logits).await?;
         }
         let mut out = Vec::new();
+        // Prompt + completion so far: the repetition penalty's window, then what gets indexed.
+        // Grown in place, not rebuilt.
+        let mut recent = prompt.to_vec();
         let mut text = String::new();
         let mut finish = Finish::Length;
         let mut steps = 0usize;
@@ -399,8 +395,6 @@ impl Engine {
             let mut emitted = 0;
             let mut dec = StreamDecoder::new();
             let hold = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
-            // Prompt + completion so far, for the repetition penalty: grown in place, not rebuilt.
-            let mut recent = prompt.to_vec();
             while out.len() < params.max_tokens {
                 if self.stop_ids.contains(&next) {
                     finish = Finish::Stop;
@@ -448,10 +442,8 @@ impl Engine {
         }
         // Keep what this request computed resident: the prompt and the completion tokens fed back.
         if self.cache {
-            let mut all = prompt.to_vec();
-            all.extend_from_slice(&out);
             let pool = &mut self.kv.pool.borrow_mut();
-            self.index.insert(pool, &params.cache_salt, &all[..seq.len()], seq.pages())?;
+            self.index.insert(pool, &params.cache_salt, &recent[..seq.len()], seq.pages())?;
         }
         drop(seq);
         self.kv.pool.borrow().check()?;
@@ -548,12 +540,7 @@ impl Engine {
             bytes_total: pool.total() as u64 * page_bytes,
             bytes_used: pool.used() as u64 * page_bytes,
             evicted_pages: self.evicted,
-            prefixes: self
-                .index
-                .residents()
-                .into_iter()
-                .map(|Resident { salt, tokens, pages, last_use }| ResidentPrefix { tokens, pages, salt, last_use })
-                .collect(),
+            prefixes: self.index.residents(),
         }
     }
 

@@ -133,9 +133,14 @@ impl PagePool {
     }
 }
 
+/// Bytes of one layer's K (or V) for one page: `n_kv × page_size × head_dim` f16 values.
+fn layer_page_bytes(cfg: &Config, page_size: usize) -> u64 {
+    (cfg.n_kv_head * page_size * cfg.head_dim * 2) as u64
+}
+
 /// Bytes of one KV page (K and V, every layer) of a model.
 pub fn page_bytes(cfg: &Config, page_size: usize) -> u64 {
-    (cfg.n_layer * 2 * cfg.n_kv_head * page_size * cfg.head_dim * 2) as u64
+    2 * cfg.n_layer as u64 * layer_page_bytes(cfg, page_size)
 }
 
 /// The pool, the GPU pages of every layer, and the page table the kernels read.
@@ -152,9 +157,8 @@ pub struct KvCache {
 
 /// Most pages a pool may have so that each layer's K (or V) buffer fits this adapter's limits.
 pub fn max_pages(gpu: &Gpu, cfg: &Config, page_size: usize) -> usize {
-    let per_layer = (cfg.n_kv_head * page_size * cfg.head_dim * 2) as u64;
     let limit = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
-    (limit / per_layer.max(1)) as usize
+    (limit / layer_page_bytes(cfg, page_size).max(1)) as usize
 }
 
 impl KvCache {
@@ -175,11 +179,6 @@ impl KvCache {
         let table = gpu.storage("page table", 4 * max_seq_pages as u64).await?;
         let pool = Rc::new(RefCell::new(PagePool::new(pages)));
         Ok(KvCache { layers, page_size, pool, table, max_seq_pages, uploaded: Cell::new((0, 0)) })
-    }
-
-    /// Positions the whole pool can hold.
-    pub fn capacity(&self) -> usize {
-        self.pool.borrow().total() * self.page_size
     }
 
     pub fn free_pages(&self) -> usize {

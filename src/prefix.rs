@@ -31,6 +31,7 @@ struct Node {
     page: u32,
     children: Vec<NodeId>,
     last_use: u64,
+    /// The tree's salt (roots only; empty below them).
     salt: String,
 }
 
@@ -84,7 +85,7 @@ pub struct Divergence {
 pub const RESIDENT_TAIL: usize = 24;
 
 /// One resident prefix, as `stats` lists it (a leaf of the tree).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Resident {
     pub salt: String,
     pub tokens: usize,
@@ -229,7 +230,7 @@ impl PrefixIndex {
                 }
             }
             pool.retain(page)?;
-            let id = self.add(Node { parent: Some(at), tokens: chunk.to_vec(), page, children: Vec::new(), last_use: tick, salt: salt.to_string() });
+            let id = self.add(Node { parent: Some(at), tokens: chunk.to_vec(), page, children: Vec::new(), last_use: tick, salt: String::new() });
             self.node_mut(at).children.push(id);
             at = id;
         }
@@ -318,14 +319,17 @@ impl PrefixIndex {
         let mut out = Vec::new();
         for n in self.nodes.iter().flatten().filter(|n| n.parent.is_some() && n.children.is_empty()) {
             let (mut tokens, mut pages, mut at) = (n.tokens.len(), 1, n.parent);
+            let mut salt = "";
             while let Some(p) = at.map(|p| self.node(p)) {
                 if p.parent.is_some() {
                     tokens += p.tokens.len();
                     pages += 1;
+                } else {
+                    salt = &p.salt;
                 }
                 at = p.parent;
             }
-            out.push(Resident { salt: n.salt.clone(), tokens, pages, last_use: n.last_use });
+            out.push(Resident { salt: salt.to_string(), tokens, pages, last_use: n.last_use });
         }
         out.sort_by_key(|r| Reverse(r.last_use));
         out

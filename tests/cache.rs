@@ -47,7 +47,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Generates `max_tokens` tokens: (the tokens, the prompt tokens that were cached).
-fn tokens_and_logits(e: &mut Engine, prompt: &[u32], max_tokens: usize, params: &GenerateParams) -> (Vec<u32>, usize) {
+fn run(e: &mut Engine, prompt: &[u32], max_tokens: usize, params: &GenerateParams) -> (Vec<u32>, usize) {
     let g = block(e.generate(prompt, &GenerateParams { max_tokens, ..params.clone() }, |_| {})).expect("generate");
     (g.tokens, g.cached_tokens)
 }
@@ -67,7 +67,7 @@ fn cached_equals_cold_on_random_splits_of_real_prompts() {
             continue; // the long-document prompt is the benchmark's
         }
         e.clear_cache();
-        let (cold, cached) = tokens_and_logits(&mut e, &prompt, 6, &greedy(6));
+        let (cold, cached) = run(&mut e, &prompt, 6, &greedy(6));
         assert_eq!(cached, 0);
         e.clear_cache();
         block(e.generate(&prompt, &greedy(1), |_| {})).unwrap();
@@ -80,7 +80,7 @@ fn cached_equals_cold_on_random_splits_of_real_prompts() {
                 e.clear_cache();
                 let pre = block(e.generate(&prompt[..cut], &greedy(0), |_| {})).unwrap();
                 assert_eq!((pre.tokens.len(), pre.cached_tokens), (0, 0), "a prewarm generates nothing");
-                let (warm, cached) = tokens_and_logits(&mut e, &prompt, max_tokens, &greedy(max_tokens));
+                let (warm, cached) = run(&mut e, &prompt, max_tokens, &greedy(max_tokens));
                 assert_eq!(cached, cut, "{}: the prewarmed {cut} tokens are reused", p["id"]);
                 if max_tokens == 1 {
                     let d = max_diff(&block(e.last_logits()).unwrap(), &cold_logits);
