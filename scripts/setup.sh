@@ -2,7 +2,7 @@
 # Installs what building and testing hotprefix needs on Debian 12, skipping whatever is already
 # there: Mesa lavapipe from bookworm-backports (Vulkan on the CPU), Chromium + ChromeDriver
 # (browser tests), the wasm32 target, wasm-bindgen-cli at the version in Cargo.lock, wasm-pack,
-# and the npm packages of the page tests. Run as root (or with sudo available).
+# and the npm packages of the page and package tests. Run as root (or with sudo available).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -47,10 +47,11 @@ if [ "$(wasm-pack --version 2>/dev/null | awk '{print $2}')" != "$WASM_PACK" ]; 
   cargo install -q wasm-pack --version "$WASM_PACK"
 fi
 
-want_pw=$(node -p "require('./package.json').devDependencies['playwright-core']")
-have_pw=$(node -p "try { require('./node_modules/playwright-core/package.json').version } catch { '' }")
-if [ "$want_pw" != "$have_pw" ]; then
-  say "installing npm packages (playwright-core, driving Debian's chromium)"
+# npm packages: installed again whenever package-lock.json changes.
+lock=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ "$(cat node_modules/.hotprefix-lock 2>/dev/null)" != "$lock" ]; then
+  say "installing npm packages (playwright-core driving Debian's chromium, binaryen, vite, typescript)"
   npm ci --no-audit --no-fund --loglevel=error
+  echo "$lock" > node_modules/.hotprefix-lock
 fi
 say "ok"

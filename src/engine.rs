@@ -167,6 +167,11 @@ pub struct Engine {
 impl Engine {
     /// Loads a GGUF model (held whole in memory) onto `gpu` and allocates its KV pool.
     pub async fn load(gpu: Gpu, file: &[u8], opts: EngineOptions) -> Result<Engine> {
+        Self::load_with_progress(gpu, file, opts, &mut |_, _| {}).await
+    }
+
+    /// [`Self::load`], reporting `progress(uploaded, total)` bytes of weights as they reach the GPU.
+    pub async fn load_with_progress(gpu: Gpu, file: &[u8], opts: EngineOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Engine> {
         let g = Gguf::parse(file)?;
         let tokenizer = Tokenizer::from_gguf(&g)?;
         let template = match g.get("tokenizer.chat_template") {
@@ -176,7 +181,7 @@ impl Engine {
         if opts.page_size == 0 {
             return Err(Error::InvalidArgument("KV page size 0".into()));
         }
-        let model = Model::load(&gpu, file, Options { chunk: opts.chunk, context: opts.context, all_logits: false }).await?;
+        let model = Model::load_with_progress(&gpu, file, Options { chunk: opts.chunk, context: opts.context, all_logits: false }, progress).await?;
         if tokenizer.vocab_size() > model.cfg.vocab {
             return Err(Error::Model(format!("tokenizer has {} tokens, the model {}", tokenizer.vocab_size(), model.cfg.vocab)));
         }

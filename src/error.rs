@@ -7,6 +7,9 @@ pub enum Error {
     /// No WebGPU/Vulkan/Metal/DX12/GL adapter could be found.
     #[error("no GPU adapter: {0}")]
     NoAdapter(String),
+    /// The adapter's limits are below what the kernels need.
+    #[error("GPU adapter limits too small: {0}")]
+    AdapterLimits(String),
     /// The adapter refused to create a device.
     #[error("could not create a GPU device: {0}")]
     RequestDevice(String),
@@ -71,6 +74,7 @@ impl Error {
     pub fn name(&self) -> &'static str {
         match self {
             Error::NoAdapter(_) => "NoAdapterError",
+            Error::AdapterLimits(_) => "AdapterLimitsError",
             Error::RequestDevice(_) => "RequestDeviceError",
             Error::DeviceLost(_) => "DeviceLostError",
             Error::OutOfMemory(_) => "OutOfMemoryError",

@@ -107,6 +107,13 @@ impl Gpu {
         let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
         let features = offered & wanted;
         let limits = adapter.limits();
+        // What the kernels need: attention binds 7 storage buffers, argmax uses 256-wide workgroups.
+        if limits.max_storage_buffers_per_shader_stage < 7 || limits.max_compute_invocations_per_workgroup < 256 || limits.max_compute_workgroup_size_x < 256 {
+            return Err(Error::AdapterLimits(format!(
+                "{} storage buffers per shader stage and {} invocations per workgroup; hotprefix needs 7 and 256",
+                limits.max_storage_buffers_per_shader_stage, limits.max_compute_invocations_per_workgroup
+            )));
+        }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("hotprefix"),
@@ -178,6 +185,12 @@ impl Gpu {
             self.caps.timestamps,
             self.limits.max_storage_buffer_binding_size >> 20
         )
+    }
+
+    /// Destroys the device now: its memory is freed at once, and every later call fails with
+    /// [`Error::DeviceLost`].
+    pub fn destroy(&self) {
+        self.device.destroy();
     }
 
     /// `Err(DeviceLost)` once the device is gone, else any error raised outside an error scope.

@@ -187,6 +187,12 @@ async fn vector(gpu: &Gpu, g: &Gguf, file: &[u8], name: &str, n: usize) -> Resul
 impl Model {
     /// Uploads the model in `file` (a whole GGUF) and allocates its scratch buffers.
     pub async fn load(gpu: &Gpu, file: &[u8], opts: Options) -> Result<Model> {
+        Self::load_with_progress(gpu, file, opts, &mut |_, _| {}).await
+    }
+
+    /// [`Self::load`], calling `progress(uploaded, total)` in bytes of the file's tensor data as
+    /// the weights reach the GPU (after the embedding and head, then after each layer).
+    pub async fn load_with_progress(gpu: &Gpu, file: &[u8], opts: Options, progress: &mut dyn FnMut(u64, u64)) -> Result<Model> {
         let g = Gguf::parse(file)?;
         let cfg = Config::from_gguf(&g)?;
         if opts.chunk == 0 || opts.context == Some(0) {
@@ -197,6 +203,17 @@ impl Model {
         if g.tensors.len() < cfg.n_layer {
             return Err(Error::Model(format!("{} layers declared, only {} tensors in the file", cfg.n_layer, g.tensors.len())));
         }
+        // Bytes of tensor data per layer, for progress; the rest (embedding, head) goes first.
+        let mut layer_bytes = vec![0u64; cfg.n_layer];
+        let mut total = 0u64;
+        for t in &g.tensors {
+            total = total.saturating_add(t.bytes);
+            let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
+            if let Some(b) = layer.and_then(|i| layer_bytes.get_mut(i)) {
+                *b = b.saturating_add(t.bytes);
+            }
+        }
+        let mut uploaded = total.saturating_sub(layer_bytes.iter().fold(0u64, |a, &b| a.saturating_add(b)));
         let (d, hd) = (cfg.dim, cfg.head_dim);
         let embd = g.tensor("token_embd.weight")?;
         if embd.ggml_type != Format::Q8_0.ggml_type() {
@@ -213,6 +230,7 @@ impl Model {
             }
         }
         let output_norm = vector(gpu, &g, file, "output_norm.weight", d).await?;
+        progress(uploaded, total);
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
@@ -228,6 +246,8 @@ impl Model {
             if l.qkv.n != cfg.qkv_width() || l.wo.n != d || l.gate_up.n != 2 * cfg.ffn || l.down.n != d {
                 return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
             }
+            uploaded = uploaded.saturating_add(layer_bytes[i]);
+            progress(uploaded, total);
         }
         let max_pos = opts.context.unwrap_or(cfg.context);
         let rope = gpu.upload("rope table", &oracle::rope_table(max_pos, hd, cfg.rope_base)).await?;

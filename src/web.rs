@@ -40,7 +40,9 @@ pub async fn run_kernel_checks(reps: usize) -> Result<JsValue, JsValue> {
     Ok(out.into())
 }
 
-/// A loaded model in the page: `await Engine.load(bytes)`, then `await engine.chat(request, onText)`.
+/// A loaded model in the page, driven by the npm package's `core.js` (the JS API is there):
+/// `await Engine.load(bytes, context, kvBudgetMB, onProgress)`, then
+/// `await engine.chat(requestJson, onText, signal)`.
 #[wasm_bindgen(js_name = Engine)]
 pub struct WebEngine {
     engine: crate::engine::Engine,
@@ -55,11 +57,22 @@ fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsValue> {
 impl WebEngine {
     /// Loads a GGUF model from its bytes onto this browser's WebGPU adapter, with a context window
     /// of `context` positions (default: the model's) and a KV pool of `kv_budget_mb` MiB (default:
-    /// 512 or what the adapter allows).
-    pub async fn load(bytes: Vec<u8>, context: Option<usize>, kv_budget_mb: Option<f64>) -> Result<WebEngine, JsValue> {
+    /// 512 or what the adapter allows). `on_progress(uploaded, total)` follows the weights' upload
+    /// in bytes. The bytes are freed when this returns.
+    pub async fn load(
+        bytes: Vec<u8>,
+        context: Option<usize>,
+        kv_budget_mb: Option<f64>,
+        on_progress: Option<js_sys::Function>,
+    ) -> Result<WebEngine, JsValue> {
         let gpu = Gpu::new().await?;
         let opts = crate::engine::EngineOptions { context, kv_budget_mb, ..Default::default() };
-        let engine = crate::engine::Engine::load(gpu, &bytes, opts).await?;
+        let mut progress = |done: u64, total: u64| {
+            if let Some(f) = &on_progress {
+                let _ = f.call2(&JsValue::NULL, &(done as f64).into(), &(total as f64).into());
+            }
+        };
+        let engine = crate::engine::Engine::load_with_progress(gpu, &bytes, opts, &mut progress).await?;
         Ok(WebEngine { engine })
     }
 
@@ -68,21 +81,45 @@ impl WebEngine {
         self.engine.gpu.describe()
     }
 
-    /// Answers an OpenAI-shaped chat request (a JSON string: `{messages, max_tokens, temperature,
-    /// top_p, top_k, seed, stop, cache_salt}`), calling `onText(piece)` as text arrives. Returns
-    /// `{text, tokens, finish_reason, usage: {prompt_tokens, completion_tokens,
-    /// prompt_tokens_details: {cached_tokens}}, timings: {ttft_ms, prefill_ms, decode_tok_s},
-    /// cache: {reused_tokens, dropped_messages, diverged_at?, warnings}}`, as `hotprefix session`
-    /// prints it.
-    pub async fn chat(&mut self, request: String, on_text: js_sys::Function) -> Result<JsValue, JsValue> {
+    /// Positions one request may use, prompt and completion.
+    #[wasm_bindgen(js_name = contextSize)]
+    pub fn context_size(&self) -> usize {
+        self.engine.context_size()
+    }
+
+    /// Answers a chat request (a JSON string: `{messages, max_tokens, temperature, top_p, top_k,
+    /// seed, stop, cache_salt}`), calling `onText(piece)` as text arrives; `signal` (a DOM
+    /// `AbortSignal`) stops it at the next token, with `finish_reason: "abort"`. Returns `{text,
+    /// tokens, finish_reason, usage: {prompt_tokens, completion_tokens, prompt_tokens_details:
+    /// {cached_tokens}}, timings: {ttft_ms, prefill_ms, decode_tok_s}, cache: {reused_tokens,
+    /// dropped_messages, diverged_at?, warnings}}`, as `hotprefix session` prints it.
+    pub async fn chat(
+        &mut self,
+        request: String,
+        on_text: js_sys::Function,
+        signal: Option<web_sys::AbortSignal>,
+    ) -> Result<JsValue, JsValue> {
         let req = crate::api::ChatRequest::from_json(&request)?;
+        let abort = crate::engine::AbortSignal::new();
+        let listener = signal.as_ref().map(|s| {
+            let a = abort.clone();
+            let cb = Closure::<dyn FnMut()>::new(move || a.abort());
+            let _ = s.add_event_listener_with_callback("abort", cb.as_ref().unchecked_ref());
+            cb
+        });
+        if signal.as_ref().is_some_and(|s| s.aborted()) {
+            abort.abort();
+        }
         let r = self
             .engine
-            .chat(&req, |piece| {
+            .chat_with(&req, Some(abort), |piece| {
                 let _ = on_text.call1(&JsValue::NULL, &JsValue::from_str(piece));
             })
-            .await?;
-        to_js(&r)
+            .await;
+        if let (Some(s), Some(cb)) = (&signal, &listener) {
+            let _ = s.remove_event_listener_with_callback("abort", cb.as_ref().unchecked_ref());
+        }
+        to_js(&r?)
     }
 
     /// Pages used/free/total, bytes, and the resident prefixes (tokens, pages, last use).
@@ -95,6 +132,13 @@ impl WebEngine {
     #[wasm_bindgen(js_name = clearCache)]
     pub fn clear_cache(&mut self) {
         self.engine.clear_cache();
+    }
+
+    /// Destroys the GPU device: its memory is freed now, and later calls fail with
+    /// `DeviceLostError` (`unload`, and tests of device loss).
+    #[wasm_bindgen(js_name = destroyDevice)]
+    pub fn destroy_device(&self) {
+        self.engine.gpu.destroy();
     }
 }
 

@@ -3,25 +3,29 @@ import { createServer } from 'node:http';
 import { readFile } from 'node:fs/promises';
 import { extname, join, normalize } from 'node:path';
 
-const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css' };
+const TYPES = { '.gguf': 'application/octet-stream', '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css' };
 
-// `mounts` maps URL prefixes (e.g. '/models/') to other folders.
-export async function serve(root, mounts = {}) {
+// `mounts` maps URL prefixes (e.g. '/models/') to other folders; `routes` maps exact paths to
+// handlers `(req, res) => …`. `hits` counts the requests for each path.
+export async function serve(root, mounts = {}, routes = {}) {
+  const hits = new Map();
   const server = createServer(async (req, res) => {
     const path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname)).replace(/^(\.\.[/\\])+/, '');
+    hits.set(path, (hits.get(path) ?? 0) + 1);
+    if (routes[path]) return routes[path](req, res);
     const mount = Object.keys(mounts).find((m) => path.startsWith(m));
     const file = mount ? join(mounts[mount], path.slice(mount.length))
       : join(root, path.endsWith('/') ? path + 'index.html' : path);
     try {
       const body = await readFile(file);
-      res.writeHead(200, { 'content-type': TYPES[extname(file)] ?? 'application/octet-stream' });
+      res.writeHead(200, { 'content-type': TYPES[extname(file)] ?? 'application/octet-stream', 'content-length': body.length });
       res.end(body);
     } catch {
       res.writeHead(404).end('not found');
     }
   });
   await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-  return { url: `http://127.0.0.1:${server.address().port}/`, close: () => server.close() };
+  return { url: `http://127.0.0.1:${server.address().port}/`, hits, close: () => { server.closeAllConnections(); server.close(); } };
 }
 
 // Debian's chromium with software WebGPU (SwiftShader); never a downloaded browser.

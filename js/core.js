@@ -1,0 +1,256 @@
+// The engine where it runs: in the dedicated worker (worker.js), or in the page with
+// `worker: false`. It downloads the model (progress, Cache Storage, sha256), loads it into the
+// wasm engine, and serves requests one at a time from a queue.
+
+import init, { Engine as WasmEngine } from './wasm/hotprefix.js';
+import {
+  HotprefixError, WebGPUUnavailableError, ModelLoadError, AbortError, InvalidRequestError, fromEngine,
+} from './errors.js';
+
+/** Cache Storage bucket holding downloaded model files, keyed by URL. */
+export const MODEL_CACHE = 'hotprefix-models';
+
+let wasm = null;
+function loadWasm(wasmUrl) {
+  wasm ??= init(wasmUrl ? { module_or_path: wasmUrl } : undefined).catch((e) => {
+    wasm = null;
+    throw new HotprefixError(`could not load hotprefix's wasm module: ${e?.message ?? e}`, { cause: e });
+  });
+  return wasm;
+}
+
+const hex = (buf) => [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, '0')).join('');
+
+async function openCache() {
+  try {
+    return globalThis.caches ? await caches.open(MODEL_CACHE) : null;
+  } catch {
+    return null; // opaque origins and some private modes have no Cache Storage
+  }
+}
+
+/** Reads `res`'s body with progress; checks the length against Content-Length. */
+async function readBody(res, url, onProgress) {
+  const encoded = (res.headers.get('content-encoding') ?? 'identity') !== 'identity';
+  const declared = Number(res.headers.get('content-length'));
+  const total = !encoded && Number.isSafeInteger(declared) && declared > 0 ? declared : null;
+  if (!res.body) throw new ModelLoadError(`${url}: the response has no body`);
+  const reader = res.body.getReader();
+  let bytes = total !== null ? new Uint8Array(total) : null;
+  const parts = [];
+  let loaded = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (bytes && loaded + value.length > total) {
+        throw new ModelLoadError(`${url}: more bytes than the ${total} its Content-Length declares`);
+      }
+      if (bytes) bytes.set(value, loaded); else parts.push(value);
+      loaded += value.length;
+      onProgress({ phase: 'download', loaded, total });
+    }
+  } catch (e) {
+    if (e instanceof HotprefixError) throw e;
+    throw new ModelLoadError(`${url}: download failed after ${loaded}${total ? ` of ${total}` : ''} bytes: ${e?.message ?? e}`, { cause: e });
+  }
+  if (total !== null && loaded < total) {
+    throw new ModelLoadError(`${url}: truncated download: ${loaded} of ${total} bytes`);
+  }
+  if (!bytes) {
+    bytes = new Uint8Array(loaded);
+    let at = 0;
+    for (const p of parts) { bytes.set(p, at); at += p.length; }
+  }
+  return bytes;
+}
+
+/**
+ * The model file's bytes and whether they came from Cache Storage. A URL is read from the cache
+ * when it is there (no network request), else fetched with progress and checked; the caller
+ * stores it (`remember`) once the engine has accepted it.
+ */
+async function modelBytes(model, sha256, onProgress) {
+  if (model instanceof ArrayBuffer) return { bytes: new Uint8Array(model), url: null, cached: false };
+  if (ArrayBuffer.isView(model)) return { bytes: new Uint8Array(model.buffer, model.byteOffset, model.byteLength), url: null, cached: false };
+  if (typeof model !== 'string') throw new InvalidRequestError('model must be a URL string, an ArrayBuffer or a Uint8Array');
+  const url = model;
+  const cache = await openCache();
+  const hit = cache ? await cache.match(url) : undefined;
+  if (hit) {
+    const bytes = new Uint8Array(await hit.arrayBuffer());
+    onProgress({ phase: 'download', loaded: bytes.length, total: bytes.length, cached: true });
+    return { bytes, url, cached: true };
+  }
+  let res;
+  try {
+    res = await fetch(url);
+  } catch (e) {
+    throw new ModelLoadError(`${url}: the request failed: ${e?.message ?? e}`, { cause: e });
+  }
+  if (!res.ok) throw new ModelLoadError(`${url}: HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''}`, { status: res.status });
+  return { bytes: await readBody(res, url, onProgress), url, cached: false };
+}
+
+async function verify(bytes, sha256, what) {
+  if (!sha256) return;
+  if (!globalThis.crypto?.subtle) {
+    throw new ModelLoadError(`${what}: sha256 verification needs a secure context (https or localhost)`);
+  }
+  const got = hex(await crypto.subtle.digest('SHA-256', bytes));
+  if (got !== sha256.toLowerCase()) {
+    throw new ModelLoadError(`${what}: integrity check failed: sha256 ${got}, expected ${sha256.toLowerCase()}`);
+  }
+}
+
+function checkOptions(o) {
+  if (o.sha256 != null && !/^[0-9a-fA-F]{64}$/.test(o.sha256)) throw new InvalidRequestError('sha256 must be 64 hex digits');
+  for (const k of ['kvBudgetMB', 'contextSize']) {
+    if (o[k] != null && !(typeof o[k] === 'number' && o[k] > 0 && Number.isFinite(o[k]))) {
+      throw new InvalidRequestError(`${k} must be a positive number`);
+    }
+  }
+  if (o.contextSize != null && !Number.isInteger(o.contextSize)) throw new InvalidRequestError('contextSize must be an integer');
+}
+
+/** One loaded engine and its request queue. */
+export class Core {
+  #engine;
+  #queue = [];
+  #pumping = null; // the loop serving the queue, while it runs
+  #closed = null;
+
+  constructor(engine) {
+    this.#engine = engine;
+    this.adapter = engine.adapter();
+    this.contextSize = engine.contextSize();
+  }
+
+  /**
+   * Downloads (or reads from the cache) and loads a model. `opts`: {model, sha256, kvBudgetMB,
+   * contextSize, wasmUrl}; `onProgress({phase, loaded, total, cached?})` with phase 'download',
+   * 'upload' or 'ready'.
+   */
+  static async load(opts, onProgress = () => {}) {
+    checkOptions(opts);
+    if (!globalThis.navigator?.gpu) {
+      throw new WebGPUUnavailableError('this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, Safari 26+ or Firefox 141+, over https or on localhost', { reason: 'no-webgpu' });
+    }
+    await loadWasm(opts.wasmUrl);
+    const src = await modelBytes(opts.model, opts.sha256, onProgress);
+    const what = src.url ?? 'the model buffer';
+    let { bytes } = src;
+    try {
+      await verify(bytes, opts.sha256, what);
+    } catch (e) {
+      if (src.cached) await (await openCache())?.delete(src.url); // never trust it again
+      throw e;
+    }
+    let cache = null;
+    if (src.url && !src.cached) {
+      cache = await openCache();
+      await cache?.put(src.url, new Response(bytes, { headers: { 'content-type': 'application/octet-stream', 'content-length': String(bytes.length) } }));
+    }
+    onProgress({ phase: 'upload', loaded: 0, total: bytes.length });
+    let engine;
+    try {
+      // The wasm call copies the file into its heap before it first awaits: drop the JS copy so
+      // that only the engine holds it, and the engine frees it once the weights are on the GPU.
+      const pending = WasmEngine.load(bytes, opts.contextSize ?? undefined, opts.kvBudgetMB ?? undefined,
+        (loaded, total) => onProgress({ phase: 'upload', loaded, total }));
+      bytes = null;
+      src.bytes = null;
+      engine = await pending;
+    } catch (e) {
+      const err = fromEngine(e, 'load');
+      if (src.url && err instanceof ModelLoadError) await (cache ?? await openCache())?.delete(src.url);
+      throw err;
+    }
+    const core = new Core(engine);
+    onProgress({ phase: 'ready', loaded: 1, total: 1 });
+    return core;
+  }
+
+  // Runs `fn` when the requests before it are done. A request aborted while it waits is removed.
+  #enqueue(fn, signal) {
+    return new Promise((resolve, reject) => {
+      if (this.#closed) return reject(this.#closed);
+      if (signal?.aborted) return reject(new AbortError('the request was aborted before it started'));
+      const job = { fn, resolve, reject, signal, started: false };
+      job.onAbort = () => {
+        if (job.started) return;
+        const i = this.#queue.indexOf(job);
+        if (i >= 0) this.#queue.splice(i, 1);
+        reject(new AbortError('the request was aborted while it was queued'));
+      };
+      signal?.addEventListener('abort', job.onAbort, { once: true });
+      this.#queue.push(job);
+      this.#pump();
+    });
+  }
+
+  #pump() {
+    this.#pumping ??= (async () => {
+      while (this.#queue.length) {
+        const job = this.#queue.shift();
+        job.started = true;
+        try {
+          job.resolve(await job.fn());
+        } catch (e) {
+          job.reject(e);
+        } finally {
+          job.signal?.removeEventListener('abort', job.onAbort);
+        }
+      }
+      this.#pumping = null;
+    })();
+  }
+
+  /**
+   * Runs one chat request (an object in the engine's request shape), calling `onText(piece)` as
+   * text arrives. Resolves to the engine's result; rejects with AbortError when aborted.
+   */
+  chat(request, onText, signal) {
+    let text;
+    try {
+      text = JSON.stringify(request);
+    } catch (e) {
+      return Promise.reject(new InvalidRequestError(`the request is not JSON-serialisable: ${e.message}`));
+    }
+    return this.#enqueue(async () => {
+      if (signal?.aborted) throw new AbortError('the request was aborted before it started');
+      let r;
+      try {
+        r = await this.#engine.chat(text, (piece) => onText?.(piece), signal ?? undefined);
+      } catch (e) {
+        throw fromEngine(e, 'request');
+      }
+      if (r.finish_reason === 'abort') throw new AbortError('the request was aborted while it was generating');
+      return r;
+    }, signal);
+  }
+
+  stats() {
+    return this.#enqueue(async () => this.#engine.cacheStats());
+  }
+
+  clear() {
+    return this.#enqueue(async () => this.#engine.clearCache());
+  }
+
+  /** Loses the GPU device on purpose (tests of DeviceLostError). */
+  loseDevice() {
+    return this.#enqueue(async () => this.#engine.destroyDevice());
+  }
+
+  /** Waits for the queue, frees every GPU buffer and the engine; later calls reject. */
+  async unload() {
+    if (this.#closed) return;
+    this.#closed = new HotprefixError('the engine was unloaded');
+    for (const job of this.#queue.splice(0)) job.reject(this.#closed);
+    await this.#pumping;
+    this.#engine.destroyDevice();
+    this.#engine.free();
+    this.#engine = null;
+  }
+}

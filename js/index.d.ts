@@ -1,0 +1,222 @@
+// Types of hotprefix's public API (index.js).
+
+/** Progress of createEngine(): the download (or cache read), the upload to the GPU, then ready. */
+export interface LoadProgress {
+  phase: 'download' | 'upload' | 'ready';
+  /** Bytes done (download: bytes received; upload: bytes of weights on the GPU). */
+  loaded: number;
+  /** Bytes in all, or null when the server does not say. */
+  total: number | null;
+  /** True when the model file came from Cache Storage (no network request). */
+  cached?: boolean;
+}
+
+export interface CreateEngineOptions {
+  /** The GGUF model: a URL (fetched once, then kept in Cache Storage) or its bytes. */
+  model: string | URL | ArrayBuffer | Uint8Array;
+  /** Expected SHA-256 of the file, 64 hex digits; a mismatch is a ModelLoadError. */
+  sha256?: string;
+  onProgress?: (p: LoadProgress) => void;
+  /** Run the engine in a dedicated Web Worker (default true). */
+  worker?: boolean;
+  /** KV pool shared by every resident prefix, in MiB (default 512, or what the adapter allows). */
+  kvBudgetMB?: number;
+  /** Positions one request may use, prompt and completion (default: the model's context). */
+  contextSize?: number;
+  /** The `model` field of results (default: the file name without .gguf). */
+  modelId?: string;
+}
+
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant' | (string & {});
+  content: string;
+  /** Never dropped by head truncation (system messages never are). */
+  pinned?: boolean;
+}
+
+export interface ChatCompletionCreateParams {
+  messages: ChatMessage[];
+  /** Tokens to generate at most (default 256). */
+  max_tokens?: number | null;
+  max_completion_tokens?: number | null;
+  /** Default 0: greedy, reproducible. */
+  temperature?: number | null;
+  top_p?: number | null;
+  top_k?: number | null;
+  repetition_penalty?: number | null;
+  seed?: number | null;
+  stop?: string | string[] | null;
+  /** Prefixes are shared only between requests with the same salt. */
+  cache_salt?: string | null;
+  n?: 1 | null;
+  model?: string;
+  stream?: boolean | null;
+  stream_options?: { include_usage?: boolean } | null;
+  /** Aborts the request: a queued one is removed, a running one stops at the next token. */
+  signal?: AbortSignal;
+}
+
+export interface CompletionUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
+}
+
+/** Where the prompt stopped matching what was resident. */
+export interface DivergedAt {
+  /** First differing token. */
+  token: number;
+  /** Index in `messages` of the message holding it (null: in the template's framing). */
+  message: number | null;
+  role: string | null;
+  /** Characters into that message's content. */
+  char: number;
+  /** Text that was resident from there, and the request's text from there. */
+  resident: string;
+  new: string;
+}
+
+export interface CacheWarning {
+  /** 'dynamic_before_static' | 'history_rewritten' | 'json_serialization_changed' */
+  code: string;
+  message: number | null;
+  detail: string;
+}
+
+export interface CacheReport {
+  reused_tokens: number;
+  /** Oldest turns dropped to fit the context window (head truncation). */
+  dropped_messages: number;
+  diverged_at?: DivergedAt;
+  warnings: CacheWarning[];
+}
+
+export interface Timings {
+  ttft_ms: number;
+  prefill_ms: number;
+  decode_tok_s: number;
+}
+
+export interface HotprefixReport {
+  cache: CacheReport;
+  timings: Timings;
+}
+
+export type FinishReason = 'stop' | 'length';
+
+export interface ChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  system_fingerprint: null;
+  choices: Array<{
+    index: number;
+    message: { role: 'assistant'; content: string; refusal: null };
+    logprobs: null;
+    finish_reason: FinishReason;
+  }>;
+  usage: CompletionUsage;
+  hotprefix: HotprefixReport;
+}
+
+export interface ChatCompletionChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  system_fingerprint: null;
+  choices: Array<{
+    index: number;
+    delta: { role?: 'assistant'; content?: string };
+    logprobs: null;
+    finish_reason: FinishReason | null;
+  }>;
+  /** With stream_options.include_usage: null, except on the last chunk (whose choices are empty). */
+  usage?: CompletionUsage | null;
+  /** On the last chunk. */
+  hotprefix?: HotprefixReport;
+}
+
+/** The chunks of a streamed completion; leaving the loop early aborts the request. */
+export interface ChatCompletionStream extends AsyncIterable<ChatCompletionChunk> {
+  controller: AbortController;
+}
+
+export interface ResidentPrefix {
+  salt: string;
+  tokens: number;
+  pages: number;
+  last_use: number;
+}
+
+export interface CacheStats {
+  pages_total: number;
+  pages_used: number;
+  pages_free: number;
+  page_size: number;
+  page_bytes: number;
+  bytes_total: number;
+  bytes_used: number;
+  evicted_pages: number;
+  prefixes: ResidentPrefix[];
+}
+
+export interface PrewarmResult {
+  prompt_tokens: number;
+  cached_tokens: number;
+  cache: CacheReport;
+}
+
+export interface Engine {
+  /** The `model` field of results. */
+  readonly model: string;
+  /** The GPU adapter, in words. */
+  readonly adapter: string;
+  readonly contextSize: number;
+  readonly inWorker: boolean;
+  readonly chat: {
+    completions: {
+      create(params: ChatCompletionCreateParams & { stream: true }): Promise<ChatCompletionStream>;
+      create(params: ChatCompletionCreateParams & { stream?: false | null }): Promise<ChatCompletion>;
+      create(params: ChatCompletionCreateParams): Promise<ChatCompletion | ChatCompletionStream>;
+    };
+  };
+  readonly cache: {
+    /** Computes the prompt of `messages` and keeps it resident, generating nothing. */
+    prewarm(messages: ChatMessage[], options?: { cache_salt?: string; signal?: AbortSignal }): Promise<PrewarmResult>;
+    stats(): Promise<CacheStats>;
+    clear(): Promise<void>;
+  };
+  /** Waits for running requests, frees the GPU memory and stops the worker. */
+  unload(): Promise<void>;
+}
+
+export function createEngine(options: CreateEngineOptions): Promise<Engine>;
+
+/** Keys sorted by code point at every depth, no whitespace: equal values give equal text. */
+export function canonicalJSON(value: unknown): string | undefined;
+
+/** Cache Storage bucket holding downloaded model files, keyed by URL. */
+export const MODEL_CACHE: string;
+
+export class HotprefixError extends Error {
+  /** The engine's own error name (e.g. 'GgufError'), when it came from the engine. */
+  kind: string | null;
+  constructor(message: string, options?: { kind?: string | null; cause?: unknown });
+}
+export class WebGPUUnavailableError extends HotprefixError {
+  name: 'WebGPUUnavailableError';
+  reason: 'no-webgpu' | 'no-adapter' | 'device' | 'limits';
+}
+export class ModelLoadError extends HotprefixError {
+  name: 'ModelLoadError';
+  /** The HTTP status, when the server answered with an error. */
+  status: number | null;
+}
+export class DeviceLostError extends HotprefixError { name: 'DeviceLostError'; }
+export class ContextOverflowError extends HotprefixError { name: 'ContextOverflowError'; }
+export class KvBudgetError extends HotprefixError { name: 'KvBudgetError'; }
+export class AbortError extends HotprefixError { name: 'AbortError'; }
+export class InvalidRequestError extends HotprefixError { name: 'InvalidRequestError'; }

@@ -1,0 +1,285 @@
+// hotprefix: small LLMs on WebGPU with a resident, prefix-shared KV cache, behind an
+// OpenAI-shaped API. The engine runs in a dedicated module worker by default; the object
+// createEngine returns is a thin proxy that posts requests to it.
+import { canonicalJSON } from './canonical.js';
+import {
+  HotprefixError, WebGPUUnavailableError, ModelLoadError, DeviceLostError, ContextOverflowError,
+  KvBudgetError, AbortError, InvalidRequestError, fromWire,
+} from './errors.js';
+
+export {
+  canonicalJSON, HotprefixError, WebGPUUnavailableError, ModelLoadError, DeviceLostError,
+  ContextOverflowError, KvBudgetError, AbortError, InvalidRequestError,
+};
+
+/** Cache Storage bucket where downloaded model files are kept, keyed by URL. */
+export const MODEL_CACHE = 'hotprefix-models';
+
+// Request fields hotprefix does not implement: refused rather than silently ignored.
+const UNSUPPORTED = ['tools', 'tool_choice', 'functions', 'function_call', 'response_format', 'logprobs', 'top_logprobs', 'logit_bias', 'audio', 'modalities'];
+
+const aborted = () => new AbortError('the request was aborted before it started');
+
+// The engine in a dedicated module worker.
+class WorkerBackend {
+  constructor() {
+    this.inWorker = true;
+    this.pending = new Map();
+    this.next = 1;
+    this.dead = null;
+    this.worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'hotprefix' });
+    this.worker.onmessage = ({ data }) => {
+      const p = this.pending.get(data?.id);
+      if (!p) return;
+      if (data.type === 'result') p.settle(() => p.resolve(data.value));
+      else if (data.type === 'error') p.settle(() => p.reject(fromWire(data.error)));
+      else p.onEvent?.(data);
+    };
+    const fail = (what) => (e) => {
+      this.dead = new HotprefixError(`the hotprefix worker ${what}: ${e?.message ?? 'no detail (see the console)'}`);
+      for (const p of [...this.pending.values()]) p.settle(() => p.reject(this.dead));
+    };
+    this.worker.onerror = fail('failed');
+    this.worker.onmessageerror = fail('sent a message that could not be read');
+  }
+
+  call(op, args, { onEvent, signal } = {}) {
+    if (this.dead) return Promise.reject(this.dead);
+    if (signal?.aborted) return Promise.reject(aborted());
+    const id = this.next++;
+    return new Promise((resolve, reject) => {
+      const onAbort = () => this.worker.postMessage({ id: this.next++, op: 'abort', args: { target: id } });
+      signal?.addEventListener('abort', onAbort, { once: true });
+      const settle = (f) => {
+        this.pending.delete(id);
+        signal?.removeEventListener('abort', onAbort);
+        f();
+      };
+      this.pending.set(id, { resolve, reject, onEvent, settle });
+      this.worker.postMessage({ id, op, args });
+    });
+  }
+
+  close() {
+    this.worker.terminate();
+    this.dead = new HotprefixError('the engine was unloaded');
+  }
+}
+
+// The engine in this thread (`worker: false`).
+class LocalBackend {
+  constructor() {
+    this.inWorker = false;
+    this.core = null;
+  }
+
+  async call(op, args, { onEvent, signal } = {}) {
+    if (signal?.aborted) throw aborted();
+    if (op === 'load') {
+      const { Core } = await import('./core.js');
+      this.core = await Core.load(args, (progress) => onEvent?.({ type: 'progress', progress }));
+      return { adapter: this.core.adapter, contextSize: this.core.contextSize };
+    }
+    if (!this.core) throw new HotprefixError(op === 'unload' ? 'the engine was unloaded' : 'no model is loaded');
+    switch (op) {
+      case 'chat': return this.core.chat(args.request, (text) => onEvent?.({ type: 'text', text }), signal);
+      case 'stats': return this.core.stats();
+      case 'clear': return this.core.clear();
+      case 'loseDevice': return this.core.loseDevice();
+      case 'unload': { const c = this.core; this.core = null; return c.unload(); }
+      default: throw new HotprefixError(`unknown operation ${op}`);
+    }
+  }
+
+  close() {}
+}
+
+function randomId() {
+  const b = new Uint8Array(12);
+  crypto.getRandomValues(b);
+  return [...b].map((x) => x.toString(36).padStart(2, '0')).join('').slice(0, 24);
+}
+
+function usageOf(r) {
+  const u = r.usage;
+  return {
+    prompt_tokens: u.prompt_tokens,
+    completion_tokens: u.completion_tokens,
+    total_tokens: u.prompt_tokens + u.completion_tokens,
+    prompt_tokens_details: { cached_tokens: u.prompt_tokens_details.cached_tokens },
+  };
+}
+
+// The request the engine reads: OpenAI's fields, nulls meaning "the default".
+function engineRequest(params) {
+  if (!params || typeof params !== 'object') throw new InvalidRequestError('create() takes a request object');
+  const { signal, stream, stream_options: streamOptions, n, ...rest } = params;
+  if (!Array.isArray(rest.messages) || rest.messages.length === 0) throw new InvalidRequestError('messages must be a non-empty array');
+  for (const [i, m] of rest.messages.entries()) {
+    if (!m || typeof m !== 'object' || typeof m.role !== 'string' || typeof m.content !== 'string') {
+      throw new InvalidRequestError(`messages[${i}] must be {role: string, content: string}`);
+    }
+  }
+  if (n != null && n !== 1) throw new InvalidRequestError('n must be 1');
+  if (stream != null && typeof stream !== 'boolean') throw new InvalidRequestError('stream must be a boolean');
+  if (signal != null && !(signal instanceof AbortSignal)) throw new InvalidRequestError('signal must be an AbortSignal');
+  for (const k of UNSUPPORTED) {
+    if (rest[k] != null && rest[k] !== false) throw new InvalidRequestError(`${k} is not supported by hotprefix`);
+  }
+  const request = {};
+  for (const [k, v] of Object.entries(rest)) if (v != null) request[k] = v;
+  return { request, signal, stream: stream === true, includeUsage: streamOptions?.include_usage === true };
+}
+
+/** An engine: a loaded model and its resident prompt cache. Made by createEngine(). */
+class Engine {
+  #backend;
+
+  constructor(backend, info, model) {
+    this.#backend = backend;
+    this.model = model;
+    this.adapter = info.adapter;
+    this.contextSize = info.contextSize;
+    this.inWorker = backend.inWorker;
+    this.chat = { completions: { create: (params) => this.#create(params) } };
+    const call = (op, args, o) => this.#backend.call(op, args, o);
+    this.cache = {
+      /** Computes the messages' prompt and keeps it resident (max_tokens 0). */
+      async prewarm(messages, { cache_salt: salt, signal } = {}) {
+        const { request } = engineRequest({ messages, cache_salt: salt });
+        request.max_tokens = 0;
+        const r = await call('chat', { request }, { signal });
+        return { prompt_tokens: r.usage.prompt_tokens, cached_tokens: r.usage.prompt_tokens_details.cached_tokens, cache: r.cache };
+      },
+      /** Pages used/free/total, bytes and the resident prefixes (tokens, pages, last use). */
+      stats: () => call('stats'),
+      /** Forgets every resident prefix. */
+      clear: () => call('clear'),
+    };
+  }
+
+  async #create(params) {
+    const { request, signal, stream, includeUsage } = engineRequest(params);
+    const id = `chatcmpl-${randomId()}`;
+    const created = Math.floor(Date.now() / 1000);
+    const base = { id, created, model: this.model, system_fingerprint: null };
+    if (!stream) {
+      const r = await this.#backend.call('chat', { request }, { signal });
+      return {
+        ...base,
+        object: 'chat.completion',
+        choices: [{ index: 0, message: { role: 'assistant', content: r.text, refusal: null }, logprobs: null, finish_reason: r.finish_reason }],
+        usage: usageOf(r),
+        hotprefix: { cache: r.cache, timings: r.timings },
+      };
+    }
+    const chunk = (choices, extra = {}) => ({ ...base, object: 'chat.completion.chunk', choices, ...(includeUsage ? { usage: null } : {}), ...extra });
+    const delta = (d, finish = null) => [{ index: 0, delta: d, logprobs: null, finish_reason: finish }];
+    return new ChunkStream((push, ac) => {
+      push(chunk(delta({ role: 'assistant', content: '' })));
+      return this.#backend
+        .call('chat', { request }, { signal: ac.signal, onEvent: (m) => m.type === 'text' && push(chunk(delta({ content: m.text }))) })
+        .then((r) => {
+          const report = { hotprefix: { cache: r.cache, timings: r.timings } };
+          if (includeUsage) {
+            push(chunk(delta({}, r.finish_reason)));
+            push(chunk([], { usage: usageOf(r), ...report }));
+          } else {
+            push(chunk(delta({}, r.finish_reason), report));
+          }
+        });
+    }, signal);
+  }
+
+  /** Loses the GPU device on purpose, to test an app's DeviceLostError handling. */
+  _loseDevice() {
+    return this.#backend.call('loseDevice');
+  }
+
+  /** Waits for running requests, frees the model's GPU memory and stops the worker. */
+  async unload() {
+    try {
+      await this.#backend.call('unload');
+    } finally {
+      this.#backend.close();
+    }
+  }
+}
+
+/**
+ * An async iterable of ChatCompletionChunk objects. Leaving the loop early (break, return, throw)
+ * aborts the request, as does `controller.abort()`.
+ */
+class ChunkStream {
+  #chunks = [];
+  #wake = null;
+  #done = false;
+  #error = null;
+
+  constructor(start, signal) {
+    this.controller = new AbortController();
+    if (signal?.aborted) this.controller.abort();
+    else signal?.addEventListener('abort', () => this.controller.abort(), { once: true });
+    const wake = () => { this.#wake?.(); this.#wake = null; };
+    const push = (c) => { this.#chunks.push(c); wake(); };
+    start(push, this.controller)
+      .catch((e) => { this.#error = e; })
+      .finally(() => { this.#done = true; wake(); });
+  }
+
+  async *[Symbol.asyncIterator]() {
+    try {
+      for (;;) {
+        // Deltas already on their way when the abort was sent are dropped.
+        if (this.controller.signal.aborted) {
+          throw this.#error instanceof AbortError ? this.#error : new AbortError('the request was aborted while it was generating');
+        }
+        if (this.#chunks.length) {
+          yield this.#chunks.shift();
+        } else if (this.#error) {
+          throw this.#error;
+        } else if (this.#done) {
+          return;
+        } else {
+          await new Promise((r) => { this.#wake = r; });
+        }
+      }
+    } finally {
+      if (!this.#done) this.controller.abort();
+    }
+  }
+}
+
+/**
+ * Loads a model and returns its engine. Options: `model` (URL or ArrayBuffer/Uint8Array), `sha256`
+ * (hex), `onProgress({phase, loaded, total})`, `worker` (default true), `kvBudgetMB`,
+ * `contextSize`, `modelId` (the `model` field of results).
+ */
+export async function createEngine(options = {}) {
+  if (!options || typeof options !== 'object') throw new InvalidRequestError('createEngine() takes an options object');
+  const { model, sha256, onProgress, worker = true, kvBudgetMB, contextSize, modelId } = options;
+  if (model == null) throw new InvalidRequestError('options.model is required: a URL or an ArrayBuffer');
+  if (onProgress != null && typeof onProgress !== 'function') throw new InvalidRequestError('onProgress must be a function');
+  let source = model;
+  let id = modelId;
+  if (typeof model === 'string' || model instanceof URL) {
+    try {
+      source = new URL(String(model), globalThis.location?.href).href; // the worker resolves against its own URL
+    } catch {
+      throw new InvalidRequestError(`model: not a URL: ${model}`);
+    }
+    id ??= decodeURIComponent(new URL(source).pathname.split('/').pop() || 'model').replace(/\.gguf$/i, '');
+  } else if (!(model instanceof ArrayBuffer || ArrayBuffer.isView(model))) {
+    throw new InvalidRequestError('options.model must be a URL, an ArrayBuffer or a Uint8Array');
+  }
+  const backend = worker === false ? new LocalBackend() : new WorkerBackend();
+  try {
+    const info = await backend.call('load', { model: source, sha256, kvBudgetMB, contextSize }, {
+      onEvent: (m) => m.type === 'progress' && onProgress?.(m.progress),
+    });
+    return new Engine(backend, info, id ?? 'hotprefix');
+  } catch (e) {
+    backend.close();
+    throw e;
+  }
+}

@@ -1,0 +1,355 @@
+// The npm package as an app meets it: the packed tarball (scripts/pack.sh) installed into a
+// minimal Vite app, `vite build`, `dist/` served on loopback and driven in headless Chromium
+// (SwiftShader WebGPU) on the tiny test model (scripts/make-tiny-model.sh): loading with progress,
+// the worker, streaming, the prompt cache, abort, the errors, and Cache Storage. Also: `tsc
+// --noEmit` on a TypeScript consumer, and the package from a plain <script type="module"> page.
+// HOTPREFIX_TGZ names a tarball already packed (scripts/test.sh packs once for every test).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { serve, CHROMIUM } from '../page/serve.mjs';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const HERE = fileURLToPath(new URL('./', import.meta.url));
+const TINY = join(ROOT, 'target/npm/tiny-llama.gguf');
+const sh = (cmd, args, opts = {}) => execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], ...opts });
+
+let work, tgz, server, browser, page, tinyBytes;
+const errors = [];
+
+before(async () => {
+  tgz = process.env.HOTPREFIX_TGZ || sh('bash', [join(ROOT, 'scripts/pack.sh')]).trim().split('\n').pop();
+  assert.ok(existsSync(tgz), `no tarball at ${tgz}`);
+  if (!existsSync(TINY)) sh('bash', [join(ROOT, 'scripts/make-tiny-model.sh'), TINY]);
+  tinyBytes = readFileSync(TINY);
+  work = mkdtempSync(join(tmpdir(), 'hotprefix-app-'));
+  cpSync(join(HERE, 'app'), work, { recursive: true });
+  writeFileSync(join(work, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
+  sh('npm', ['install', '--no-audit', '--no-fund', '--offline', '--loglevel=error', tgz], { cwd: work });
+  sh('node', [join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', '--logLevel', 'warn'], { cwd: work });
+  const bad = {
+    // A GGUF cut in half, served whole: the download is complete, the file is not.
+    '/bad/truncated.gguf': (req, res) => {
+      const half = tinyBytes.subarray(0, tinyBytes.length >> 1);
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': half.length }).end(half);
+    },
+    // The whole length declared, half sent, then the connection dropped.
+    '/bad/short-download.gguf': (req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': tinyBytes.length });
+      res.write(tinyBytes.subarray(0, tinyBytes.length >> 1), () => setTimeout(() => res.destroy(), 50));
+    },
+    '/bad/not-a-model.gguf': (req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><p>Not found, but with a 200</p>'),
+  };
+  server = await serve(join(work, 'dist'), { '/models/': join(ROOT, 'target/npm'), '/package/': join(work, 'node_modules/hotprefix') }, bad);
+  browser = await chromium.launch(CHROMIUM);
+  page = await browser.newPage();
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(server.url);
+  await page.waitForFunction(() => document.getElementById('status').textContent === 'ready');
+});
+
+after(async () => {
+  await browser?.close();
+  server?.close();
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+test('the tarball holds the ESM entry, the worker, the wasm and the types', () => {
+  const files = sh('tar', ['-tzf', tgz]).split('\n').filter(Boolean).map((f) => f.replace(/^package\//, ''));
+  for (const f of ['package.json', 'index.js', 'index.d.ts', 'worker.js', 'core.js', 'wasm/hotprefix.js', 'wasm/hotprefix_bg.wasm']) {
+    assert.ok(files.includes(f), `${f} is missing from ${files.join(', ')}`);
+  }
+  const assets = readdirSync(join(work, 'dist/assets'));
+  assert.ok(assets.some((f) => f.endsWith('.wasm')), `vite emitted the wasm: ${assets}`);
+  assert.ok(assets.some((f) => /worker/.test(f)), `vite emitted the worker: ${assets}`);
+});
+
+test('tsc --noEmit accepts a TypeScript consumer of the public API', () => {
+  const dir = join(work, 'types');
+  cpSync(join(HERE, 'types'), dir, { recursive: true });
+  cpSync(join(work, 'node_modules'), join(dir, 'node_modules'), { recursive: true });
+  sh('node', [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', join(dir, 'tsconfig.json')], { stdio: 'inherit' });
+});
+
+test('loads with progress, answers plain and streamed requests in a worker, and reuses the shared prefix', { timeout: 300_000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const { createEngine } = window.hotprefix;
+    const progress = [];
+    const engine = await createEngine({ model: '/models/tiny-llama.gguf', onProgress: (p) => progress.push(p), kvBudgetMB: 8 });
+    window.engine = engine;
+    const system = { role: 'system', content: `You answer questions about this document.\n\n${'The quick brown fox jumps over the lazy dog. '.repeat(10)}` };
+    const ask = (q, extra = {}) => ({ messages: [system, { role: 'user', content: q }], max_tokens: 8, ...extra });
+    const plain = await engine.chat.completions.create(ask('Tell me what the fox does.'));
+    const chunks = [];
+    const stream = await engine.chat.completions.create(ask('Who is lazy?', { stream: true, stream_options: { include_usage: true } }));
+    for await (const c of stream) chunks.push(c);
+    const again = await engine.chat.completions.create(ask('Who is lazy?'));
+    const warm = await engine.cache.prewarm([system]);
+    const stats = await engine.cache.stats();
+    return { progress, plain, chunks, again, warm, stats, inWorker: engine.inWorker, adapter: engine.adapter };
+  });
+  assert.equal(r.inWorker, true);
+  const phases = [...new Set(r.progress.map((p) => p.phase))];
+  assert.deepEqual(phases, ['download', 'upload', 'ready'], JSON.stringify(r.progress));
+  const dl = r.progress.filter((p) => p.phase === 'download');
+  assert.equal(dl.at(-1).loaded, tinyBytes.length);
+  assert.equal(dl.at(-1).total, tinyBytes.length);
+  const up = r.progress.filter((p) => p.phase === 'upload');
+  assert.ok(up.length >= 3 && up.at(-1).loaded === up.at(-1).total, JSON.stringify(up));
+
+  // A ChatCompletion, as OpenAI's client returns it.
+  const p = r.plain;
+  assert.equal(p.object, 'chat.completion');
+  assert.match(p.id, /^chatcmpl-/);
+  assert.equal(p.model, 'tiny-llama');
+  assert.equal(p.choices.length, 1);
+  assert.equal(p.choices[0].message.role, 'assistant');
+  assert.equal(typeof p.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(p.choices[0].finish_reason));
+  assert.equal(p.usage.total_tokens, p.usage.prompt_tokens + p.usage.completion_tokens);
+  assert.equal(p.usage.prompt_tokens_details.cached_tokens, 0, 'the first request is cold');
+
+  // Chunks: a role delta, content deltas, a finish chunk, then usage with hotprefix's report.
+  const c = r.chunks;
+  assert.ok(c.every((x) => x.object === 'chat.completion.chunk' && x.id === c[0].id));
+  assert.equal(c[0].choices[0].delta.role, 'assistant');
+  const last = c.at(-1);
+  assert.deepEqual(last.choices, []);
+  assert.ok(last.usage && last.hotprefix.cache, JSON.stringify(last));
+  assert.ok(c.at(-2).choices[0].finish_reason);
+  const streamed = c.map((x) => x.choices[0]?.delta?.content ?? '').join('');
+  assert.equal(streamed, r.again.choices[0].message.content, 'streamed text equals the same request unstreamed');
+  assert.equal(last.usage.completion_tokens, r.again.usage.completion_tokens);
+
+  // The second question shares the system prompt and document with the first: they are reused.
+  const u = last.usage;
+  const prefix = r.warm.prompt_tokens - 16; // the system message, less at most the generation prompt
+  assert.ok(u.prompt_tokens_details.cached_tokens >= prefix, `cached ${u.prompt_tokens_details.cached_tokens} of ${u.prompt_tokens}, system prefix ≥ ${prefix}`);
+  const d = last.hotprefix.cache.diverged_at;
+  assert.ok(d && d.message === 1 && d.char === 0, `diverged where the question starts: ${JSON.stringify(d)}`);
+  assert.equal(r.again.usage.prompt_tokens_details.cached_tokens, r.again.usage.prompt_tokens - 1, 'an exact repeat recomputes only its last token');
+  assert.ok(r.stats.pages_used > 0 && r.stats.prefixes.length >= 1, JSON.stringify(r.stats));
+});
+
+test('the main thread keeps running during a prefill in the worker', { timeout: 300_000 }, async () => {
+  const r = await page.evaluate(async () => {
+    await engine.cache.clear();
+    const ticks = [];
+    const timer = setInterval(() => ticks.push(performance.now()), 20);
+    const t0 = performance.now();
+    const doc = Array.from({ length: 60 }, (_, i) => `line ${i}: ${(i * 7919) % 1000}`).join('\n');
+    const res = await engine.chat.completions.create({ messages: [{ role: 'user', content: doc }], max_tokens: 1 });
+    const t1 = performance.now();
+    clearInterval(timer);
+    const inside = ticks.filter((t) => t >= t0 && t <= t1);
+    let gap = 0;
+    for (let i = 1; i < inside.length; i++) gap = Math.max(gap, inside[i] - inside[i - 1]);
+    return { ms: t1 - t0, ticks: inside.length, gap, prompt: res.usage.prompt_tokens };
+  });
+  assert.ok(r.prompt > 500, `a long prompt: ${r.prompt} tokens`);
+  assert.ok(r.ticks >= Math.floor(r.ms / 20 / 4), `the timer fired ${r.ticks} times in ${r.ms.toFixed(0)} ms`);
+  assert.ok(r.gap < 400, `the longest pause of the main thread was ${r.gap.toFixed(0)} ms (prefill ${r.ms.toFixed(0)} ms)`);
+});
+
+test('abort: a queued request is removed, a running one stops, and the same request again equals a cold answer', { timeout: 300_000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const { AbortError } = window.hotprefix;
+    const req = { messages: [{ role: 'system', content: 'Count.' }, { role: 'user', content: 'One two three four five six seven' }], max_tokens: 24 };
+    await engine.cache.clear();
+    const cold = await engine.chat.completions.create(req);
+    await engine.cache.clear();
+    const baseline = (await engine.cache.stats()).pages_used;
+    // Abort mid-stream.
+    const ac = new AbortController();
+    let pieces = 0;
+    let streamError = null;
+    try {
+      for await (const c of await engine.chat.completions.create({ ...req, stream: true, signal: ac.signal })) {
+        if (c.choices[0]?.delta?.content) { pieces++; ac.abort(); }
+      }
+    } catch (e) {
+      streamError = { name: e.name, isAbort: e instanceof AbortError };
+    }
+    // Queued requests: three at once, the middle one aborted while it waits.
+    const q = new AbortController();
+    const a = engine.chat.completions.create({ ...req, max_tokens: 4 });
+    const b = engine.chat.completions.create({ ...req, max_tokens: 4, signal: q.signal });
+    const c = engine.chat.completions.create({ ...req, max_tokens: 4 });
+    q.abort();
+    const settled = await Promise.allSettled([a, b, c]);
+    const after = await engine.chat.completions.create(req);
+    return {
+      cold: cold.choices[0].message.content, after: after.choices[0].message.content,
+      afterCached: after.usage.prompt_tokens_details.cached_tokens, afterPrompt: after.usage.prompt_tokens,
+      pieces, streamError, baseline,
+      settled: settled.map((s) => (s.status === 'fulfilled' ? 'ok' : s.reason.name)),
+    };
+  });
+  assert.equal(r.baseline, 0, 'clear() returns every page');
+  assert.deepEqual(r.streamError, { name: 'AbortError', isAbort: true });
+  assert.equal(r.pieces, 1, 'no delta after the abort');
+  assert.deepEqual(r.settled, ['ok', 'AbortError', 'ok']);
+  assert.equal(r.after, r.cold, 'after an abort, the same request answers as it did cold');
+  assert.ok(r.afterCached > 0, 'and it reused what the aborted request left resident');
+});
+
+test('bad request fields are InvalidRequestError; canonicalJSON sorts keys', { timeout: 120_000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const { InvalidRequestError, canonicalJSON } = window.hotprefix;
+    const bad = [
+      {},
+      { messages: [] },
+      { messages: [{ role: 'user' }] },
+      { messages: [{ role: 'user', content: 'x' }], max_tokens: -1 },
+      { messages: [{ role: 'user', content: 'x' }], max_tokens: 1.5 },
+      { messages: [{ role: 'user', content: 'x' }], temperature: 'hot' },
+      { messages: [{ role: 'user', content: 'x' }], top_p: 2 },
+      { messages: [{ role: 'user', content: 'x' }], n: 2 },
+      { messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function' }] },
+    ];
+    const out = [];
+    for (const req of bad) {
+      try {
+        await engine.chat.completions.create(req);
+        out.push('accepted');
+      } catch (e) {
+        out.push(e instanceof InvalidRequestError ? 'InvalidRequestError' : `${e.name}: ${e.message}`);
+      }
+    }
+    const ok = await engine.chat.completions.create({ messages: [{ role: 'user', content: 'still fine' }], max_tokens: 2 });
+    return { out, ok: ok.usage.completion_tokens, canon: canonicalJSON({ b: [1, { d: 2, c: 'é' }], a: null, 10: true, 2: false, u: undefined }) };
+  });
+  assert.deepEqual(r.out, Array(r.out.length).fill('InvalidRequestError'));
+  assert.equal(r.ok, 2, 'the engine still answers after bad requests');
+  assert.equal(r.canon, '{"10":true,"2":false,"a":null,"b":[1,{"c":"é","d":2}]}');
+});
+
+test('a second load reads the model from Cache Storage, with no network request', { timeout: 300_000 }, async () => {
+  const before = server.hits.get('/models/tiny-llama.gguf');
+  const r = await page.evaluate(async () => {
+    const { createEngine, MODEL_CACHE } = window.hotprefix;
+    const keys = (await (await caches.open(MODEL_CACHE)).keys()).map((k) => new URL(k.url).pathname);
+    const progress = [];
+    const e2 = await createEngine({ model: '/models/tiny-llama.gguf', worker: false, onProgress: (p) => progress.push(p) });
+    const a = await e2.chat.completions.create({ messages: [{ role: 'user', content: 'hello' }], max_tokens: 3 });
+    await e2.unload();
+    let afterUnload = null;
+    try { await e2.cache.stats(); } catch (e) { afterUnload = e.name; }
+    return { keys, cached: progress[0]?.cached === true, tokens: a.usage.completion_tokens, inWorker: e2.inWorker, afterUnload };
+  });
+  assert.deepEqual(r.keys, ['/models/tiny-llama.gguf']);
+  assert.equal(server.hits.get('/models/tiny-llama.gguf'), before, 'no second download');
+  assert.ok(r.cached);
+  assert.equal(r.inWorker, false, 'worker: false runs in the page');
+  assert.equal(r.tokens, 3);
+  assert.equal(r.afterUnload, 'HotprefixError');
+});
+
+test('load errors are ModelLoadError and leave no Cache Storage entry', { timeout: 300_000 }, async () => {
+  const r = await page.evaluate(async (sha) => {
+    const { createEngine, ModelLoadError, MODEL_CACHE } = window.hotprefix;
+    const cases = {
+      missing: { model: '/models/no-such-model.gguf' },
+      truncated: { model: '/bad/truncated.gguf' },
+      shortDownload: { model: '/bad/short-download.gguf' },
+      notGguf: { model: '/bad/not-a-model.gguf' },
+      wrongSha: { model: '/models/tiny-llama.gguf?v=2', sha256: 'ab'.repeat(32) },
+      rightSha: { model: '/models/tiny-llama.gguf?v=3', sha256: sha },
+    };
+    const out = {};
+    for (const [name, opts] of Object.entries(cases)) {
+      try {
+        const e = await createEngine(opts);
+        await e.unload();
+        out[name] = 'loaded';
+      } catch (e) {
+        out[name] = { isModelLoadError: e instanceof ModelLoadError, name: e.name, status: e.status, message: e.message };
+      }
+    }
+    const keys = (await (await caches.open(MODEL_CACHE)).keys()).map((k) => { const u = new URL(k.url); return u.pathname + u.search; });
+    return { out, keys };
+  }, execFileSync('sha256sum', [TINY], { encoding: 'utf8' }).split(' ')[0]);
+  for (const name of ['missing', 'truncated', 'shortDownload', 'notGguf', 'wrongSha']) {
+    assert.equal(r.out[name].isModelLoadError, true, `${name}: ${JSON.stringify(r.out[name])}`);
+  }
+  assert.equal(r.out.missing.status, 404);
+  assert.match(r.out.shortDownload.message, /truncated|failed/);
+  assert.match(r.out.wrongSha.message, /integrity/);
+  assert.match(r.out.notGguf.message, /GGUF/i);
+  assert.equal(r.out.rightSha, 'loaded');
+  assert.deepEqual(r.keys.sort(), ['/models/tiny-llama.gguf', '/models/tiny-llama.gguf?v=3']);
+});
+
+test('a lost device is DeviceLostError, and a new engine can be created', { timeout: 300_000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const { createEngine, DeviceLostError } = window.hotprefix;
+    await engine._loseDevice();
+    let lost = null;
+    try {
+      await engine.chat.completions.create({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    } catch (e) {
+      lost = { isDeviceLost: e instanceof DeviceLostError, message: e.message };
+    }
+    await engine.unload();
+    const fresh = await createEngine({ model: '/models/tiny-llama.gguf' });
+    const a = await fresh.chat.completions.create({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    await fresh.unload();
+    return { lost, tokens: a.usage.completion_tokens };
+  });
+  assert.equal(r.lost?.isDeviceLost, true, JSON.stringify(r.lost));
+  assert.equal(r.tokens, 2);
+  assert.deepEqual(errors, [], 'no uncaught errors on the page');
+});
+
+test('without WebGPU: WebGPUUnavailableError with the reason, from the worker and in the page', { timeout: 120_000 }, async () => {
+  const plain = await chromium.launch({ ...CHROMIUM, args: CHROMIUM.args.filter((a) => a !== '--enable-unsafe-webgpu') });
+  try {
+    const p = await plain.newPage();
+    const pageErrors = [];
+    p.on('pageerror', (e) => pageErrors.push(String(e)));
+    await p.addInitScript(() => { if (location.search === '?nogpu') delete Navigator.prototype.gpu; });
+    const attempt = async (url, worker) => {
+      await p.goto(url);
+      await p.waitForFunction(() => document.getElementById('status').textContent === 'ready');
+      return p.evaluate(async (worker) => {
+        try {
+          await window.hotprefix.createEngine({ model: '/models/tiny-llama.gguf', worker });
+          return 'loaded';
+        } catch (e) {
+          return { isUnavailable: e instanceof window.hotprefix.WebGPUUnavailableError, reason: e.reason, message: e.message };
+        }
+      }, worker);
+    };
+    const noAdapter = await attempt(server.url, true);
+    const noApi = await attempt(`${server.url}?nogpu`, false);
+    assert.equal(noAdapter.isUnavailable, true, JSON.stringify(noAdapter));
+    assert.equal(noAdapter.reason, 'no-adapter');
+    assert.equal(noApi.isUnavailable, true, JSON.stringify(noApi));
+    assert.equal(noApi.reason, 'no-webgpu');
+    assert.deepEqual(pageErrors, []);
+  } finally {
+    await plain.close();
+  }
+});
+
+test('a plain <script type="module"> page uses the unpacked package', { timeout: 300_000 }, async () => {
+  const p = await browser.newPage();
+  try {
+    await p.goto(`${server.url}plain.html`);
+    await p.waitForFunction(() => document.getElementById('status').textContent === 'ready');
+    const r = await p.evaluate(async () => {
+      const e = await window.hotprefix.createEngine({ model: '/models/tiny-llama.gguf' });
+      const a = await e.chat.completions.create({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+      await e.unload();
+      return { tokens: a.usage.completion_tokens, inWorker: e.inWorker };
+    });
+    assert.deepEqual(r, { tokens: 2, inWorker: true });
+  } finally {
+    await p.close();
+  }
+});
