@@ -154,9 +154,12 @@ export class Core {
     onProgress({ phase: 'upload', loaded: 0, total: bytes.length });
     let engine;
     try {
-      // The wasm call copies the file into its heap before it first awaits: drop the JS copy so
-      // that only the engine holds it, and the engine frees it once the weights are on the GPU.
-      const pending = WasmEngine.load(bytes, opts.contextSize ?? undefined, opts.kvBudgetMB ?? undefined,
+      // The engine reads the header, then one tensor at a time, converting and uploading each
+      // before it reads the next: the wasm heap never holds the whole file, and once the weights
+      // are on the GPU nothing refers to these bytes.
+      const file = bytes;
+      const pending = WasmEngine.load((offset, length) => file.subarray(offset, offset + length), file.length,
+        opts.contextSize ?? undefined, opts.kvBudgetMB ?? undefined,
         (loaded, total) => onProgress({ phase: 'upload', loaded, total }));
       bytes = null;
       src.bytes = null;

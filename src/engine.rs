@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::Gpu;
 use crate::kv::{self, KvCache, Sequence};
-use crate::model::{Logits, Model, Options};
+use crate::model::{Logits, Model, Options, TensorBytes};
 use crate::ops;
 use crate::prefix::{Divergence, PrefixIndex, Resident};
 use crate::sample::{Sampler, SamplingParams};
@@ -167,21 +167,28 @@ pub struct Engine {
 impl Engine {
     /// Loads a GGUF model (held whole in memory) onto `gpu` and allocates its KV pool.
     pub async fn load(gpu: Gpu, file: &[u8], opts: EngineOptions) -> Result<Engine> {
-        Self::load_with_progress(gpu, file, opts, &mut |_, _| {}).await
+        Self::load_from(gpu, &Gguf::parse(file)?, &file, opts, &mut |_, _| {}).await
     }
 
-    /// [`Self::load`], reporting `progress(uploaded, total)` bytes of weights as they reach the GPU.
-    pub async fn load_with_progress(gpu: Gpu, file: &[u8], opts: EngineOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Engine> {
-        let g = Gguf::parse(file)?;
-        let tokenizer = Tokenizer::from_gguf(&g)?;
+    /// Loads the model whose parsed header is `g`, reading its tensors one at a time from `file`
+    /// ([`Model::load_from`]), and reporting `progress(uploaded, total)` bytes of weights as they
+    /// reach the GPU.
+    pub async fn load_from(
+        gpu: Gpu,
+        g: &Gguf,
+        file: &dyn TensorBytes,
+        opts: EngineOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Engine> {
+        let tokenizer = Tokenizer::from_gguf(g)?;
         let template = match g.get("tokenizer.chat_template") {
-            Some(_) => Some(ChatTemplate::from_gguf(&g)?),
+            Some(_) => Some(ChatTemplate::from_gguf(g)?),
             None => None,
         };
         if opts.page_size == 0 {
             return Err(Error::InvalidArgument("KV page size 0".into()));
         }
-        let model = Model::load_with_progress(&gpu, file, Options { chunk: opts.chunk, context: opts.context, all_logits: false }, progress).await?;
+        let model = Model::load_from(&gpu, g, file, Options { chunk: opts.chunk, context: opts.context, all_logits: false }, progress).await?;
         if tokenizer.vocab_size() > model.cfg.vocab {
             return Err(Error::Model(format!("tokenizer has {} tokens, the model {}", tokenizer.vocab_size(), model.cfg.vocab)));
         }

@@ -225,6 +225,16 @@ impl<'a> Reader<'a> {
 impl Gguf {
     /// Parses and validates the header of a whole GGUF file held in memory.
     pub fn parse(buf: &[u8]) -> Result<Gguf> {
+        Self::parse_header(buf, buf.len() as u64)
+    }
+
+    /// Parses the header from the first bytes of a file of `file_len` bytes: tensor data is
+    /// checked against `file_len`, not read. A prefix too short for the header is an error; the
+    /// caller may retry with a longer one.
+    pub fn parse_header(buf: &[u8], file_len: u64) -> Result<Gguf> {
+        if buf.len() as u64 > file_len {
+            return Err(err(format!("a {}-byte header of a {file_len}-byte file", buf.len())));
+        }
         let mut r = Reader { buf, pos: 0 };
         let magic = r.array::<4>(&|| "magic".into())?;
         if &magic != MAGIC {
@@ -296,18 +306,18 @@ impl Gguf {
             let start = data_start.checked_add(t.offset);
             let end = start.and_then(|s| s.checked_add(t.bytes));
             match (start, end) {
-                (Some(s), Some(e)) if e <= buf.len() as u64 => t.offset = s,
+                (Some(s), Some(e)) if e <= file_len => t.offset = s,
                 _ => {
                     return Err(err(format!(
                         "tensor {}: data ends at byte {}, file has {}",
                         t.name,
                         data_start as u128 + t.offset as u128 + t.bytes as u128,
-                        buf.len()
+                        file_len
                     )))
                 }
             }
         }
-        Ok(Gguf { version, metadata, tensors, file_len: buf.len() as u64 })
+        Ok(Gguf { version, metadata, tensors, file_len })
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -339,6 +349,11 @@ impl Gguf {
 
     pub fn tensor(&self, name: &str) -> Result<&TensorInfo> {
         self.tensors.iter().find(|t| t.name == name).ok_or_else(|| err(format!("tensor {name} is missing")))
+    }
+
+    /// The file's length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
     }
 
     /// The bytes of a tensor within the file they were parsed from.

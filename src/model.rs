@@ -2,7 +2,9 @@
 //! are, scratch buffers allocated once, and `forward()`, which reads like llama2.c's.
 
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
+use std::borrow::Cow;
+
+use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::{Batch, Gpu};
 use crate::kv::{KvCache, Sequence};
 
@@ -153,8 +155,22 @@ pub struct Model {
     pub weight_bytes: u64,
 }
 
+/// Where a loading model's tensor bytes come from: the whole file in memory (`&[u8]`), or a reader
+/// that hands over one tensor at a time (the browser keeps the file in JS, so the wasm heap never
+/// holds all of it).
+pub trait TensorBytes {
+    /// The bytes of `t`, a tensor of the file `g` was parsed from.
+    fn tensor_bytes(&self, g: &Gguf, t: &TensorInfo) -> Result<Cow<'_, [u8]>>;
+}
+
+impl TensorBytes for &[u8] {
+    fn tensor_bytes(&self, g: &Gguf, t: &TensorInfo) -> Result<Cow<'_, [u8]>> {
+        g.data(self, t).map(Cow::Borrowed)
+    }
+}
+
 /// Concatenates the rows of several same-format, same-width GGUF matrices into one upload.
-async fn fused(gpu: &Gpu, g: &Gguf, file: &[u8], names: &[String], k: usize) -> Result<Weight> {
+async fn fused(gpu: &Gpu, g: &Gguf, file: &dyn TensorBytes, names: &[String], k: usize) -> Result<Weight> {
     let mut bytes = Vec::new();
     let mut rows = 0;
     let mut format = None;
@@ -169,32 +185,44 @@ async fn fused(gpu: &Gpu, g: &Gguf, file: &[u8], names: &[String], k: usize) -> 
             return Err(Error::Model(format!("{name}: shape {:?}, expected [{k}, ·]", t.dims)));
         }
         rows += t.dims[1] as usize;
-        bytes.extend_from_slice(g.data(file, t)?);
+        let data = file.tensor_bytes(g, t)?;
+        if names.len() == 1 {
+            let format = format.ok_or_else(|| Error::Model("empty projection".into()))?;
+            return Weight::upload(gpu, name, format, &data, rows, k).await;
+        }
+        bytes.extend_from_slice(&data);
     }
     let format = format.ok_or_else(|| Error::Model("empty projection".into()))?;
     Weight::upload(gpu, &names[0], format, &bytes, rows, k).await
 }
 
-async fn vector(gpu: &Gpu, g: &Gguf, file: &[u8], name: &str, n: usize) -> Result<wgpu::Buffer> {
+async fn vector(gpu: &Gpu, g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<wgpu::Buffer> {
     let t = g.tensor(name)?;
     if t.ggml_type != 0 || t.dims != [n as u64] {
         return Err(Error::Model(format!("{name}: expected F32 [{n}], got type {} {:?}", t.ggml_type, t.dims)));
     }
-    let v: Vec<f32> = bytemuck::pod_collect_to_vec(g.data(file, t)?);
+    let v: Vec<f32> = bytemuck::pod_collect_to_vec(&file.tensor_bytes(g, t)?);
     gpu.upload(name, &v).await
 }
 
 impl Model {
     /// Uploads the model in `file` (a whole GGUF) and allocates its scratch buffers.
     pub async fn load(gpu: &Gpu, file: &[u8], opts: Options) -> Result<Model> {
-        Self::load_with_progress(gpu, file, opts, &mut |_, _| {}).await
+        Self::load_from(gpu, &Gguf::parse(file)?, &file, opts, &mut |_, _| {}).await
     }
 
-    /// [`Self::load`], calling `progress(uploaded, total)` in bytes of the file's tensor data as
-    /// the weights reach the GPU (after the embedding and head, then after each layer).
-    pub async fn load_with_progress(gpu: &Gpu, file: &[u8], opts: Options, progress: &mut dyn FnMut(u64, u64)) -> Result<Model> {
-        let g = Gguf::parse(file)?;
-        let cfg = Config::from_gguf(&g)?;
+    /// Uploads the model whose header is `g`, reading each tensor from `file` once, converting and
+    /// uploading it before the next is read. Calls `progress(uploaded, total)` in bytes of the
+    /// file's tensor data as the weights reach the GPU (after the embedding and head, then after
+    /// each layer).
+    pub async fn load_from(
+        gpu: &Gpu,
+        g: &Gguf,
+        file: &dyn TensorBytes,
+        opts: Options,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Model> {
+        let cfg = Config::from_gguf(g)?;
         if opts.chunk == 0 || opts.context == Some(0) {
             return Err(Error::InvalidArgument(format!("{opts:?}: sizes must be positive")));
         }
@@ -219,9 +247,9 @@ impl Model {
         if embd.ggml_type != Format::Q8_0.ggml_type() {
             return Err(Error::Model(format!("token_embd is ggml type {}, the embedding kernel reads Q8_0", embd.ggml_type)));
         }
-        let embed = Weight::upload(gpu, "token_embd", Format::Q8_0, g.data(file, embd)?, cfg.vocab, d).await?;
+        let embed = Weight::upload(gpu, "token_embd", Format::Q8_0, &file.tensor_bytes(g, embd)?, cfg.vocab, d).await?;
         let output = match g.tensor("output.weight") {
-            Ok(_) => Some(fused(gpu, &g, file, &["output.weight".to_string()], d).await?),
+            Ok(_) => Some(fused(gpu, g, file, &["output.weight".to_string()], d).await?),
             Err(_) => None,
         };
         if let Some(o) = &output {
@@ -229,18 +257,18 @@ impl Model {
                 return Err(Error::Model(format!("output.weight has {} rows for a vocabulary of {}", o.n, cfg.vocab)));
             }
         }
-        let output_norm = vector(gpu, &g, file, "output_norm.weight", d).await?;
+        let output_norm = vector(gpu, g, file, "output_norm.weight", d).await?;
         progress(uploaded, total);
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             layers.push(Layer {
-                attn_norm: vector(gpu, &g, file, &n("attn_norm"), d).await?,
-                qkv: fused(gpu, &g, file, &[n("attn_q"), n("attn_k"), n("attn_v")], d).await?,
-                wo: fused(gpu, &g, file, &[n("attn_output")], cfg.n_head * hd).await?,
-                ffn_norm: vector(gpu, &g, file, &n("ffn_norm"), d).await?,
-                gate_up: fused(gpu, &g, file, &[n("ffn_gate"), n("ffn_up")], d).await?,
-                down: fused(gpu, &g, file, &[n("ffn_down")], cfg.ffn).await?,
+                attn_norm: vector(gpu, g, file, &n("attn_norm"), d).await?,
+                qkv: fused(gpu, g, file, &[n("attn_q"), n("attn_k"), n("attn_v")], d).await?,
+                wo: fused(gpu, g, file, &[n("attn_output")], cfg.n_head * hd).await?,
+                ffn_norm: vector(gpu, g, file, &n("ffn_norm"), d).await?,
+                gate_up: fused(gpu, g, file, &[n("ffn_gate"), n("ffn_up")], d).await?,
+                down: fused(gpu, g, file, &[n("ffn_down")], cfg.ffn).await?,
             });
             let l = &layers[i];
             if l.qkv.n != cfg.qkv_width() || l.wo.n != d || l.gate_up.n != 2 * cfg.ffn || l.down.n != d {

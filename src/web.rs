@@ -2,7 +2,11 @@
 
 use wasm_bindgen::prelude::*;
 
+use std::borrow::Cow;
+
+use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::Gpu;
+use crate::model::TensorBytes;
 use crate::selftest::Check;
 
 /// Runs every kernel check of the small suite on this browser's WebGPU adapter and returns
@@ -48,6 +52,41 @@ pub struct WebEngine {
     engine: crate::engine::Engine,
 }
 
+/// A model file that stays in JS: `read(offset, length)` returns a `Uint8Array` of its bytes.
+struct JsFile {
+    read: js_sys::Function,
+    len: u64,
+}
+
+impl JsFile {
+    fn read(&self, offset: u64, len: u64) -> crate::Result<Vec<u8>> {
+        let bad = |detail: String| crate::Error::Gguf(format!("reading {len} bytes at offset {offset}: {detail}"));
+        let v = self.read.call2(&JsValue::NULL, &(offset as f64).into(), &(len as f64).into()).map_err(|e| bad(format!("{e:?}")))?;
+        let a: js_sys::Uint8Array = v.dyn_into().map_err(|_| bad("not a Uint8Array".into()))?;
+        if u64::from(a.length()) != len {
+            return Err(bad(format!("got {} bytes", a.length())));
+        }
+        Ok(a.to_vec())
+    }
+
+    /// The parsed header, read in growing prefixes (4 MiB, then ×4) until it parses.
+    fn header(&self) -> crate::Result<Gguf> {
+        let mut n = self.len.min(4 << 20);
+        loop {
+            match Gguf::parse_header(&self.read(0, n)?, self.len) {
+                Err(_) if n < self.len => n = self.len.min(n * 4),
+                r => return r,
+            }
+        }
+    }
+}
+
+impl TensorBytes for JsFile {
+    fn tensor_bytes(&self, _g: &Gguf, t: &TensorInfo) -> crate::Result<Cow<'_, [u8]>> {
+        self.read(t.offset, t.bytes).map(Cow::Owned)
+    }
+}
+
 fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsValue> {
     let text = serde_json::to_string(v).map_err(|e| crate::Error::InvalidArgument(e.to_string()))?;
     js_sys::JSON::parse(&text)
@@ -55,16 +94,24 @@ fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsValue> {
 
 #[wasm_bindgen(js_class = Engine)]
 impl WebEngine {
-    /// Loads a GGUF model from its bytes onto this browser's WebGPU adapter, with a context window
-    /// of `context` positions (default: the model's) and a KV pool of `kv_budget_mb` MiB (default:
-    /// 512 or what the adapter allows). `on_progress(uploaded, total)` follows the weights' upload
-    /// in bytes. The bytes are freed when this returns.
+    /// Loads a GGUF model of `file_len` bytes onto this browser's WebGPU adapter, with a context
+    /// window of `context` positions (default: the model's) and a KV pool of `kv_budget_mb` MiB
+    /// (default: 512 or what the adapter allows). `read(offset, length)` returns a `Uint8Array` of
+    /// the file's bytes: the header is read first, then one tensor at a time, each converted and
+    /// uploaded before the next is read, so the wasm heap never holds the whole file.
+    /// `on_progress(uploaded, total)` follows the weights' upload in bytes.
     pub async fn load(
-        bytes: Vec<u8>,
+        read: js_sys::Function,
+        file_len: f64,
         context: Option<usize>,
         kv_budget_mb: Option<f64>,
         on_progress: Option<js_sys::Function>,
     ) -> Result<WebEngine, JsValue> {
+        if !(file_len >= 0.0 && file_len <= 9.0e15 && file_len.fract() == 0.0) {
+            return Err(crate::Error::InvalidArgument(format!("file length {file_len}")).into());
+        }
+        let file = JsFile { read, len: file_len as u64 };
+        let g = file.header()?;
         let gpu = Gpu::new().await?;
         let opts = crate::engine::EngineOptions { context, kv_budget_mb, ..Default::default() };
         let mut progress = |done: u64, total: u64| {
@@ -72,7 +119,7 @@ impl WebEngine {
                 let _ = f.call2(&JsValue::NULL, &(done as f64).into(), &(total as f64).into());
             }
         };
-        let engine = crate::engine::Engine::load_with_progress(gpu, &bytes, opts, &mut progress).await?;
+        let engine = crate::engine::Engine::load_from(gpu, &g, &file, opts, &mut progress).await?;
         Ok(WebEngine { engine })
     }
 

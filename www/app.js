@@ -82,7 +82,8 @@ async function loadModel() {
   try {
     const bytes = await fetchWithProgress(MODEL_URL);
     modelStatus.textContent = 'Uploading to the GPU…';
-    engine = await Engine.load(bytes, 2048, 64); // context window 2048 positions, KV pool 64 MiB
+    // The engine reads the header, then one tensor at a time; context window 2048, KV pool 64 MiB.
+    engine = await Engine.load((offset, length) => bytes.subarray(offset, offset + length), bytes.length, 2048, 64);
     modelStatus.textContent = `Loaded on ${engine.adapter()}`;
     sendButton.disabled = false;
     chatState('ready');
