@@ -3,8 +3,9 @@
 //! budget leak no page and reuse nothing wrongly, failures leave the cache consistent, and the
 //! miss diagnosis points at the dynamic content of a badly laid out prompt.
 //!
-//! The many-request bars run on the tiny random-weight model (milliseconds a request); the bars
-//! about real prompts and the diagnosis run on the default model.
+//! The 1,000-request bar runs on the tiny random-weight model (milliseconds a request); the bars
+//! about real prompts and the diagnosis run on the default model. The tiny-model bars that also
+//! run in the browser are in tests/cache_tiny.rs.
 #![cfg(not(target_arch = "wasm32"))]
 
 use hotprefix::api::ChatRequest;
@@ -13,7 +14,6 @@ use hotprefix::engine::{AbortSignal, Engine, EngineOptions, Finish, GeneratePara
 use hotprefix::gpu::Gpu;
 use hotprefix::selftest::Rng;
 use hotprefix::testmodel::tiny_gguf;
-use hotprefix::Error;
 
 mod common;
 
@@ -98,73 +98,6 @@ fn cached_equals_cold_on_random_splits_of_real_prompts() {
     assert!(splits >= 16);
 }
 
-/// The same on the tiny model, over many more random prompts and splits, with pages of 4 (many
-/// page boundaries and partial pages).
-#[test]
-fn cached_equals_cold_on_many_random_splits() {
-    let opts = EngineOptions { context: Some(256), kv_budget_mb: Some(1.0), page_size: 4, chunk: 16, ..EngineOptions::default() };
-    let mut warm = tiny(opts.clone());
-    let mut cold = tiny(EngineOptions { cache: false, ..opts });
-    let mut rng = Rng(5);
-    let mut worst = 0f32;
-    for _ in 0..60 {
-        let n = 2 + rng.below(90);
-        let prompt: Vec<u32> = (0..n).map(|_| rng.below(256) as u32).collect();
-        let cut = 1 + rng.below(n - 1);
-        warm.clear_cache();
-        block(warm.generate(&prompt[..cut], &greedy(0), |_| {})).unwrap();
-        let w = block(warm.generate(&prompt, &greedy(1), |_| {})).unwrap();
-        assert_eq!(w.cached_tokens, cut);
-        let c = block(cold.generate(&prompt, &greedy(1), |_| {})).unwrap();
-        assert_eq!(c.cached_tokens, 0);
-        let d = max_diff(&block(warm.last_logits()).unwrap(), &block(cold.last_logits()).unwrap());
-        assert!(d <= 1e-3, "{n} tokens split at {cut}: logits differ by {d}");
-        worst = worst.max(d);
-        assert_eq!(w.tokens, c.tokens);
-    }
-    println!("60 random splits on the tiny model: largest logit difference {worst:e}");
-}
-
-fn doc(seed: u64, words: usize) -> String {
-    const WORDS: [&str; 16] = ["the", "canal", "ship", "lock", "water", "river", "engineer", "treaty", "lake", "dam", "year", "route", "cargo", "harbor", "tide", "gate"];
-    let mut rng = Rng(seed);
-    (0..words).map(|_| WORDS[rng.below(WORDS.len())]).collect::<Vec<_>>().join(" ")
-}
-
-/// Documents A, B, A, B…: from the third request on, each reuses at least its document's tokens;
-/// requests with different salts never share.
-#[test]
-fn interleaved_documents_keep_their_prefixes_and_salts_never_share() {
-    let mut e = tiny(EngineOptions { context: Some(1024), kv_budget_mb: Some(1.0), ..EngineOptions::default() });
-    let docs = [doc(1, 60), doc(2, 60)];
-    let system = Message::new("system", "Answer from the document.");
-    let ask = |d: &str, q: &str| vec![system.clone(), Message::new("user", d.to_string()), Message::new("user", q.to_string())];
-    for (i, q) in ["what is it?", "who built it?", "when?", "why?", "how long?", "how wide?"].iter().enumerate() {
-        let msgs = ask(&docs[i % 2], q);
-        let doc_end = e.encode_messages(&msgs).unwrap().contents[1].end;
-        let r = block(e.chat(&ChatRequest::new(msgs, 3), |_| {})).unwrap();
-        let cached = r.usage.prompt_tokens_details.cached_tokens;
-        if i >= 2 {
-            assert!(cached >= doc_end, "request {i}: {cached} cached, the document ends at token {doc_end}");
-        }
-        e.audit_cache().unwrap();
-    }
-    // The same prompt under another salt computes everything; under the first salt again it hits.
-    let msgs = ask(&docs[0], "what is it?");
-    let mut req = ChatRequest::new(msgs, 3);
-    req.cache_salt = Some("alice".into());
-    let a = block(e.chat(&req, |_| {})).unwrap();
-    assert_eq!(a.usage.prompt_tokens_details.cached_tokens, 0, "nothing is shared across salts");
-    assert!(a.cache.diverged_at.is_none(), "and nothing of another salt is reported");
-    req.cache_salt = Some("bob".into());
-    let b = block(e.chat(&req, |_| {})).unwrap();
-    assert_eq!(b.usage.prompt_tokens_details.cached_tokens, 0, "bob does not see alice's prefix");
-    req.cache_salt = Some("alice".into());
-    let again = block(e.chat(&req, |_| {})).unwrap();
-    assert_eq!(again.usage.prompt_tokens_details.cached_tokens, again.usage.prompt_tokens - 1);
-    assert_eq!(again.tokens, a.tokens);
-}
-
 /// 1,000 requests over random shared prefixes, random salts, prewarms and aborts, under a budget
 /// of a few sequences: every answer equals the cold answer, the page accounting is exact after
 /// every request, and clearing returns the pool to empty.
@@ -208,35 +141,6 @@ fn random_load_under_a_tiny_budget_leaks_nothing_and_reuses_nothing_wrongly() {
     let s = warm.cache_stats();
     assert_eq!((s.pages_used, s.pages_free, s.prefixes.len()), (0, s.pages_total, 0), "back to the baseline");
     warm.audit_cache().unwrap();
-}
-
-/// Failed and aborted requests leave the cache consistent: the next answer equals a cold one.
-#[test]
-fn failures_leave_the_cache_consistent() {
-    let opts = EngineOptions { context: Some(512), kv_budget_mb: Some(0.05), page_size: 8, ..EngineOptions::default() };
-    let mut e = tiny(opts.clone());
-    let mut cold = tiny(EngineOptions { cache: false, ..opts });
-    let mut rng = Rng(3);
-    let prompt: Vec<u32> = (0..100).map(|_| rng.below(256) as u32).collect();
-    let want = block(cold.generate(&prompt, &greedy(6), |_| {})).unwrap().tokens;
-    block(e.generate(&prompt[..60], &greedy(0), |_| {})).unwrap();
-    let used = e.cache_stats().pages_used;
-    // More than the whole budget: refused after the lookup took the prefix's pages.
-    let err = block(e.generate(&prompt, &greedy(400), |_| {})).unwrap_err();
-    assert!(matches!(err, Error::CacheFull { .. }), "{err}");
-    assert_eq!(e.cache_stats().pages_used, used, "the refused request holds nothing and evicted nothing");
-    e.audit_cache().unwrap();
-    // Bad input is refused before anything is touched.
-    assert!(matches!(block(e.generate(&[1, 2, 999], &greedy(2), |_| {})), Err(Error::InvalidArgument(_))));
-    // Aborted mid-answer.
-    let stop = AbortSignal::new();
-    let params = GenerateParams { abort: Some(stop.clone()), ..greedy(6) };
-    let a = block(e.generate(&prompt, &params, |_| stop.abort())).unwrap();
-    assert_eq!(a.finish, Finish::Abort);
-    e.audit_cache().unwrap();
-    let next = block(e.generate(&prompt, &greedy(6), |_| {})).unwrap();
-    assert!(next.cached_tokens > 60);
-    assert_eq!(next.tokens, want, "after a refusal and an abort the answer equals a cold one");
 }
 
 fn document() -> String {

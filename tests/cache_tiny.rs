@@ -1,0 +1,161 @@
+//! The prompt cache's bars on the tiny random-weight model, run natively (`cargo test --test
+//! cache_tiny`) and in headless Chromium's WebGPU (`wasm-pack test --headless --chrome -- --test
+//! cache_tiny`), with the same assertions: a cached prefix gives the logits and tokens of a cold
+//! run, shared prefixes are reused to the exact token counts, salts never share, and failed or
+//! aborted requests leave the cache consistent. (tests/cache.rs has the bars on the default model
+//! and the 1,000-request random load, natively.)
+
+use hotprefix::api::ChatRequest;
+use hotprefix::chat::Message;
+use hotprefix::engine::{AbortSignal, Engine, EngineOptions, Finish, GenerateParams};
+use hotprefix::gpu::Gpu;
+use hotprefix::selftest::Rng;
+use hotprefix::testmodel::tiny_gguf;
+use hotprefix::Error;
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+macro_rules! log {
+    ($($t:tt)*) => {{
+        #[cfg(target_arch = "wasm32")]
+        wasm_bindgen_test::console_log!($($t)*);
+        #[cfg(not(target_arch = "wasm32"))]
+        println!($($t)*);
+    }};
+}
+
+/// Defines one test that runs natively (blocking) and in the browser (async).
+macro_rules! gpu_test {
+    ($name:ident, $body:ident) => {
+        #[cfg(not(target_arch = "wasm32"))]
+        #[test]
+        fn $name() {
+            pollster::block_on($body());
+        }
+        #[cfg(target_arch = "wasm32")]
+        #[wasm_bindgen_test::wasm_bindgen_test]
+        async fn $name() {
+            $body().await;
+        }
+    };
+}
+
+async fn tiny(opts: EngineOptions) -> Engine {
+    let gpu = Gpu::new().await.unwrap_or_else(|e| panic!("GPU tests need an adapter (lavapipe natively, --enable-unsafe-webgpu in Chromium): {e}"));
+    Engine::load(gpu, &tiny_gguf(1), opts).await.expect("load the tiny model")
+}
+
+fn greedy(max_tokens: usize) -> GenerateParams {
+    GenerateParams { max_tokens, ..GenerateParams::default() }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+gpu_test!(cached_equals_cold_on_many_random_splits, cached_equals_cold);
+
+/// Random prompts split at random points, over pages of 4 (many page boundaries and partial
+/// pages): prewarm the head, then run the whole prompt. Exactly the head is cached, and the
+/// last logits and the greedy tokens equal a cold run's.
+async fn cached_equals_cold() {
+    let opts = EngineOptions { context: Some(256), kv_budget_mb: Some(1.0), page_size: 4, chunk: 16, ..EngineOptions::default() };
+    let mut warm = tiny(opts.clone()).await;
+    let mut cold = tiny(EngineOptions { cache: false, ..opts }).await;
+    let mut rng = Rng(5);
+    let mut worst = 0f32;
+    for _ in 0..60 {
+        let n = 2 + rng.below(90);
+        let prompt: Vec<u32> = (0..n).map(|_| rng.below(256) as u32).collect();
+        let cut = 1 + rng.below(n - 1);
+        warm.clear_cache();
+        warm.generate(&prompt[..cut], &greedy(0), |_| {}).await.unwrap();
+        let w = warm.generate(&prompt, &greedy(1), |_| {}).await.unwrap();
+        assert_eq!(w.cached_tokens, cut);
+        let c = cold.generate(&prompt, &greedy(1), |_| {}).await.unwrap();
+        assert_eq!(c.cached_tokens, 0);
+        let d = max_diff(&warm.last_logits().await.unwrap(), &cold.last_logits().await.unwrap());
+        assert!(d <= 1e-3, "{n} tokens split at {cut}: logits differ by {d}");
+        worst = worst.max(d);
+        assert_eq!(w.tokens, c.tokens);
+    }
+    log!("60 random splits on the tiny model: largest logit difference {worst:e}");
+}
+
+fn doc(seed: u64, words: usize) -> String {
+    const WORDS: [&str; 16] = ["the", "canal", "ship", "lock", "water", "river", "engineer", "treaty", "lake", "dam", "year", "route", "cargo", "harbor", "tide", "gate"];
+    let mut rng = Rng(seed);
+    (0..words).map(|_| WORDS[rng.below(WORDS.len())]).collect::<Vec<_>>().join(" ")
+}
+
+gpu_test!(interleaved_documents_keep_their_prefixes_and_salts_never_share, interleaved_documents);
+
+/// Documents A, B, A, B…: from the third request on, each reuses at least its document's tokens,
+/// and exactly up to where it diverges; requests with different salts never share.
+async fn interleaved_documents() {
+    let mut e = tiny(EngineOptions { context: Some(1024), kv_budget_mb: Some(1.0), ..EngineOptions::default() }).await;
+    let docs = [doc(1, 60), doc(2, 60)];
+    let system = Message::new("system", "Answer from the document.");
+    let ask = |d: &str, q: &str| vec![system.clone(), Message::new("user", d.to_string()), Message::new("user", q.to_string())];
+    for (i, q) in ["what is it?", "who built it?", "when?", "why?", "how long?", "how wide?"].iter().enumerate() {
+        let msgs = ask(&docs[i % 2], q);
+        let doc_end = e.encode_messages(&msgs).unwrap().contents[1].end;
+        let r = e.chat(&ChatRequest::new(msgs, 3), |_| {}).await.unwrap();
+        let cached = r.usage.prompt_tokens_details.cached_tokens;
+        if i >= 2 {
+            assert!(cached >= doc_end, "request {i}: {cached} cached, the document ends at token {doc_end}");
+            let d = r.cache.diverged_at.as_ref().expect("the question differs from the resident one");
+            assert_eq!((cached, d.message), (d.token, Some(2)), "request {i}: cached up to the divergence, in the question");
+        }
+        e.audit_cache().unwrap();
+    }
+    // The same prompt under another salt computes everything; under the first salt again it hits.
+    let msgs = ask(&docs[0], "what is it?");
+    let mut req = ChatRequest::new(msgs, 3);
+    req.cache_salt = Some("alice".into());
+    let a = e.chat(&req, |_| {}).await.unwrap();
+    assert_eq!(a.usage.prompt_tokens_details.cached_tokens, 0, "nothing is shared across salts");
+    assert!(a.cache.diverged_at.is_none(), "and nothing of another salt is reported");
+    req.cache_salt = Some("bob".into());
+    let b = e.chat(&req, |_| {}).await.unwrap();
+    assert_eq!(b.usage.prompt_tokens_details.cached_tokens, 0, "bob does not see alice's prefix");
+    req.cache_salt = Some("alice".into());
+    let again = e.chat(&req, |_| {}).await.unwrap();
+    assert_eq!(again.usage.prompt_tokens_details.cached_tokens, again.usage.prompt_tokens - 1);
+    assert_eq!(again.tokens, a.tokens);
+    e.clear_cache();
+    let s = e.cache_stats();
+    assert_eq!((s.pages_used, s.prefixes.len()), (0, 0), "clearing returns every page");
+}
+
+gpu_test!(failures_leave_the_cache_consistent, failures_leave_the_cache_consistent_body);
+
+/// Failed and aborted requests leave the cache consistent: the next answer equals a cold one.
+async fn failures_leave_the_cache_consistent_body() {
+    let opts = EngineOptions { context: Some(512), kv_budget_mb: Some(0.05), page_size: 8, ..EngineOptions::default() };
+    let mut e = tiny(opts.clone()).await;
+    let mut cold = tiny(EngineOptions { cache: false, ..opts }).await;
+    let mut rng = Rng(3);
+    let prompt: Vec<u32> = (0..100).map(|_| rng.below(256) as u32).collect();
+    let want = cold.generate(&prompt, &greedy(6), |_| {}).await.unwrap().tokens;
+    e.generate(&prompt[..60], &greedy(0), |_| {}).await.unwrap();
+    let used = e.cache_stats().pages_used;
+    // More than the whole budget: refused after the lookup took the prefix's pages.
+    let err = e.generate(&prompt, &greedy(400), |_| {}).await.unwrap_err();
+    assert!(matches!(err, Error::CacheFull { .. }), "{err}");
+    assert_eq!(e.cache_stats().pages_used, used, "the refused request holds nothing and evicted nothing");
+    e.audit_cache().unwrap();
+    // Bad input is refused before anything is touched.
+    assert!(matches!(e.generate(&[1, 2, 999], &greedy(2), |_| {}).await, Err(Error::InvalidArgument(_))));
+    // Aborted mid-answer.
+    let stop = AbortSignal::new();
+    let params = GenerateParams { abort: Some(stop.clone()), ..greedy(6) };
+    let a = e.generate(&prompt, &params, |_| stop.abort()).await.unwrap();
+    assert_eq!(a.finish, Finish::Abort);
+    e.audit_cache().unwrap();
+    let next = e.generate(&prompt, &greedy(6), |_| {}).await.unwrap();
+    assert!(next.cached_tokens > 60);
+    assert_eq!(next.tokens, want, "after a refusal and an abort the answer equals a cold one");
+}
