@@ -10,7 +10,7 @@ import {
 /** Cache Storage bucket holding downloaded model files, keyed by URL. */
 export const MODEL_CACHE = 'hotprefix-models';
 
-let wasm = null;
+let wasm = null; // the wasm module's exports, once instantiated
 function loadWasm(wasmUrl) {
   wasm ??= init(wasmUrl ? { module_or_path: wasmUrl } : undefined).catch((e) => {
     wasm = null;
@@ -120,10 +120,17 @@ export class Core {
   #pumping = null; // the loop serving the queue, while it runs
   #closed = null;
 
-  constructor(engine) {
+  constructor(engine, exports) {
     this.#engine = engine;
     this.adapter = engine.adapter();
     this.contextSize = engine.contextSize();
+    this.exports = exports;
+  }
+
+  /** What the engine reports about itself: adapter, context, and the wasm heap's size in bytes
+   * (linear memory only grows: after a load, its peak during the load). */
+  info() {
+    return { adapter: this.adapter, contextSize: this.contextSize, wasmHeapBytes: this.exports.memory.buffer.byteLength };
   }
 
   /**
@@ -136,7 +143,7 @@ export class Core {
     if (!globalThis.navigator?.gpu) {
       throw new WebGPUUnavailableError('this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, Safari 26+ or Firefox 141+, over https or on localhost', { reason: 'no-webgpu' });
     }
-    await loadWasm(opts.wasmUrl);
+    const exports = await loadWasm(opts.wasmUrl);
     const src = await modelBytes(opts.model, opts.sha256, onProgress);
     const what = src.url ?? 'the model buffer';
     let { bytes } = src;
@@ -169,7 +176,7 @@ export class Core {
       if (src.url && err instanceof ModelLoadError) await (cache ?? await openCache())?.delete(src.url);
       throw err;
     }
-    const core = new Core(engine);
+    const core = new Core(engine, exports);
     onProgress({ phase: 'ready', loaded: 1, total: 1 });
     return core;
   }

@@ -175,7 +175,10 @@ export interface Engine {
   /** The GPU adapter, in words. */
   readonly adapter: string;
   readonly contextSize: number;
+  /** Whether the engine runs in a Web Worker. */
   readonly inWorker: boolean;
+  /** The wasm heap's size after the load, in bytes (it never shrinks: its peak during the load). */
+  readonly wasmHeapBytes: number;
   readonly chat: {
     completions: {
       create(params: ChatCompletionCreateParams & { stream: true }): Promise<ChatCompletionStream>;

@@ -78,7 +78,7 @@ class LocalBackend {
     if (op === 'load') {
       const { Core } = await import('./core.js');
       this.core = await Core.load(args, (progress) => onEvent?.({ type: 'progress', progress }));
-      return { adapter: this.core.adapter, contextSize: this.core.contextSize };
+      return this.core.info();
     }
     if (!this.core) throw new HotprefixError(op === 'unload' ? 'the engine was unloaded' : 'no model is loaded');
     switch (op) {
@@ -140,6 +140,7 @@ class Engine {
     this.model = model;
     this.adapter = info.adapter;
     this.contextSize = info.contextSize;
+    this.wasmHeapBytes = info.wasmHeapBytes;
     this.inWorker = backend.inWorker;
     this.chat = { completions: { create: (params) => this.#create(params) } };
     const call = (op, args, o) => this.#backend.call(op, args, o);

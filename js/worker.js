@@ -25,7 +25,7 @@ self.onmessage = async ({ data }) => {
       case 'load':
         if (core) throw new HotprefixError('a model is already loaded in this worker');
         core = await Core.load(args, (progress) => reply({ id, type: 'progress', progress }));
-        value = { adapter: core.adapter, contextSize: core.contextSize };
+        value = core.info();
         break;
       case 'chat': {
         const ac = new AbortController();

@@ -188,12 +188,12 @@ async fn fused(gpu: &Gpu, g: &Gguf, file: &dyn TensorBytes, names: &[String], k:
         let data = file.tensor_bytes(g, t)?;
         if names.len() == 1 {
             let format = format.ok_or_else(|| Error::Model("empty projection".into()))?;
-            return Weight::upload(gpu, name, format, &data, rows, k).await;
+            return Weight::upload_owned(gpu, name, format, data, rows, k).await;
         }
         bytes.extend_from_slice(&data);
     }
     let format = format.ok_or_else(|| Error::Model("empty projection".into()))?;
-    Weight::upload(gpu, &names[0], format, &bytes, rows, k).await
+    Weight::upload_owned(gpu, &names[0], format, Cow::Owned(bytes), rows, k).await
 }
 
 async fn vector(gpu: &Gpu, g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<wgpu::Buffer> {
@@ -247,7 +247,7 @@ impl Model {
         if embd.ggml_type != Format::Q8_0.ggml_type() {
             return Err(Error::Model(format!("token_embd is ggml type {}, the embedding kernel reads Q8_0", embd.ggml_type)));
         }
-        let embed = Weight::upload(gpu, "token_embd", Format::Q8_0, &file.tensor_bytes(g, embd)?, cfg.vocab, d).await?;
+        let embed = Weight::upload_owned(gpu, "token_embd", Format::Q8_0, file.tensor_bytes(g, embd)?, cfg.vocab, d).await?;
         let output = match g.tensor("output.weight") {
             Ok(_) => Some(fused(gpu, g, file, &["output.weight".to_string()], d).await?),
             Err(_) => None,

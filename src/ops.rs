@@ -51,11 +51,18 @@ pub struct Weight {
 impl Weight {
     /// Uploads GGUF bytes of an `[n, k]` matrix, repacked to the GPU layout.
     pub async fn upload(gpu: &Gpu, name: &str, format: Format, gguf_bytes: &[u8], n: usize, k: usize) -> Result<Weight> {
+        Self::upload_owned(gpu, name, format, std::borrow::Cow::Borrowed(gguf_bytes), n, k).await
+    }
+
+    /// [`Self::upload`] that frees `gguf_bytes` (when owned) once converted, before the upload:
+    /// a model load holds one tensor's file bytes or its GPU layout at a time, not both.
+    pub async fn upload_owned(gpu: &Gpu, name: &str, format: Format, gguf_bytes: std::borrow::Cow<'_, [u8]>, n: usize, k: usize) -> Result<Weight> {
         // to_gpu_layout checks shape and size; the error gains the tensor's name.
-        let words = quant::to_gpu_layout(format, gguf_bytes, n, k).map_err(|e| match e {
+        let words = quant::to_gpu_layout(format, &gguf_bytes, n, k).map_err(|e| match e {
             Error::Weights(m) => Error::Weights(format!("{name}: {m}")),
             other => other,
         })?;
+        drop(gguf_bytes);
         let buf = gpu.upload(name, &words).await?;
         Ok(Weight { buf, format, n, k })
     }

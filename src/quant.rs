@@ -124,24 +124,28 @@ pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result
     if !k.is_multiple_of(4) || k == 0 {
         return Err(Error::Weights(format!("{} rows of {k} values: the GPU layout needs a multiple of 4", format.name())));
     }
-    // Row-major words first (Q8_0 blocks padded to 9 words) ...
-    let words: Vec<u32> = match format {
-        Format::Q8_0 => {
-            let mut out = Vec::with_capacity(n * k / QK * 9);
-            for blk in bytes.chunks_exact(34) {
-                out.push(u16::from_le_bytes([blk[0], blk[1]]) as u32);
-                out.extend(blk[2..].chunks_exact(4).map(|q| u32::from_le_bytes([q[0], q[1], q[2], q[3]])));
-            }
-            out
-        }
-        _ => bytemuck::pod_collect_to_vec(bytes),
-    };
-    // ... then word j of row r goes to (r / G)·W·G + j·G + r % G, rows padded with zeros.
+    // Each row as words (Q8_0 blocks padded to 9 words), then word j of row r goes to
+    // (r / G)·W·G + j·G + r % G, rows padded with zeros. One row at a time: a load holds the
+    // file's bytes and the GPU layout, nothing more.
     let w = format.gpu_row_words(k);
     let mut out = vec![0u32; n.next_multiple_of(ROW_GROUP) * w];
-    for (r, row) in words.chunks_exact(w).enumerate() {
+    let mut words = Vec::with_capacity(w);
+    for (r, row) in bytes.chunks_exact(format.row_bytes(k)?).enumerate() {
+        words.clear();
+        match format {
+            Format::Q8_0 => {
+                for blk in row.chunks_exact(34) {
+                    words.push(u16::from_le_bytes([blk[0], blk[1]]) as u32);
+                    words.extend(blk[2..].chunks_exact(4).map(|q| u32::from_le_bytes([q[0], q[1], q[2], q[3]])));
+                }
+            }
+            _ => words.extend(row.chunks_exact(4).map(|q| u32::from_le_bytes([q[0], q[1], q[2], q[3]]))),
+        }
+        if words.len() != w {
+            return Err(Error::Weights(format!("{} row of {k} values: {} words, the GPU layout has {w}", format.name(), words.len())));
+        }
         let base = (r / ROW_GROUP) * w * ROW_GROUP + r % ROW_GROUP;
-        for (j, v) in row.iter().enumerate() {
+        for (j, v) in words.iter().enumerate() {
             out[base + j * ROW_GROUP] = *v;
         }
     }
