@@ -143,6 +143,10 @@ export class Core {
     if (!globalThis.navigator?.gpu) {
       throw new WebGPUUnavailableError('this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, Safari 26+ or Firefox 141+, over https or on localhost', { reason: 'no-webgpu' });
     }
+    // Before downloading anything: is there an adapter at all? (The engine requests its own.)
+    if (!(await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' }).catch(() => null))) {
+      throw new WebGPUUnavailableError('WebGPU is present but offers no adapter (disabled, blocklisted GPU, or no GPU)', { reason: 'no-adapter' });
+    }
     const exports = await loadWasm(opts.wasmUrl);
     const src = await modelBytes(opts.model, opts.sha256, onProgress);
     const what = src.url ?? 'the model buffer';

@@ -325,8 +325,10 @@ test('without WebGPU: WebGPUUnavailableError with the reason, from the worker an
         }
       }, worker);
     };
+    const downloads = server.hits.get('/models/tiny-llama.gguf');
     const noAdapter = await attempt(server.url, true);
     const noApi = await attempt(`${server.url}?nogpu`, false);
+    assert.equal(server.hits.get('/models/tiny-llama.gguf'), downloads, 'nothing is downloaded without WebGPU');
     assert.equal(noAdapter.isUnavailable, true, JSON.stringify(noAdapter));
     assert.equal(noAdapter.reason, 'no-adapter');
     assert.equal(noApi.isUnavailable, true, JSON.stringify(noApi));
