@@ -91,9 +91,11 @@ test('loads with progress, answers plain and streamed requests in a worker, and 
     const again = await engine.chat.completions.create(ask('Who is lazy?'));
     const warm = await engine.cache.prewarm([system]);
     const stats = await engine.cache.stats();
-    return { progress, plain, chunks, again, warm, stats, inWorker: engine.inWorker, adapter: engine.adapter };
+    const wasmOnMainThread = performance.getEntriesByType('resource').some((r) => r.name.endsWith('.wasm'));
+    return { progress, plain, chunks, again, warm, stats, inWorker: engine.inWorker, adapter: engine.adapter, wasmOnMainThread };
   });
   assert.equal(r.inWorker, true);
+  assert.equal(r.wasmOnMainThread, false, 'the page itself never fetched the wasm: the worker runs the engine');
   const phases = [...new Set(r.progress.map((p) => p.phase))];
   assert.deepEqual(phases, ['download', 'upload', 'ready'], JSON.stringify(r.progress));
   const dl = r.progress.filter((p) => p.phase === 'download');
@@ -240,12 +242,14 @@ test('a second load reads the model from Cache Storage, with no network request'
     await e2.unload();
     let afterUnload = null;
     try { await e2.cache.stats(); } catch (e) { afterUnload = e.name; }
-    return { keys, cached: progress[0]?.cached === true, tokens: a.usage.completion_tokens, inWorker: e2.inWorker, afterUnload };
+    const wasmOnMainThread = performance.getEntriesByType('resource').some((r) => r.name.endsWith('.wasm'));
+    return { keys, cached: progress[0]?.cached === true, tokens: a.usage.completion_tokens, inWorker: e2.inWorker, afterUnload, wasmOnMainThread };
   });
   assert.deepEqual(r.keys, ['/models/tiny-llama.gguf']);
   assert.equal(server.hits.get('/models/tiny-llama.gguf'), before, 'no second download');
   assert.ok(r.cached);
   assert.equal(r.inWorker, false, 'worker: false runs in the page');
+  assert.equal(r.wasmOnMainThread, true, 'and the page fetched the wasm itself');
   assert.equal(r.tokens, 3);
   assert.equal(r.afterUnload, 'HotprefixError');
 });
