@@ -107,7 +107,7 @@ impl WebEngine {
         kv_budget_mb: Option<f64>,
         on_progress: Option<js_sys::Function>,
     ) -> Result<WebEngine, JsValue> {
-        if !(file_len >= 0.0 && file_len <= 9.0e15 && file_len.fract() == 0.0) {
+        if !((0.0..=9.0e15).contains(&file_len) && file_len.fract() == 0.0) {
             return Err(crate::Error::InvalidArgument(format!("file length {file_len}")).into());
         }
         let file = JsFile { read, len: file_len as u64 };

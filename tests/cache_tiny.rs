@@ -13,33 +13,10 @@ use hotprefix::selftest::Rng;
 use hotprefix::testmodel::tiny_gguf;
 use hotprefix::Error;
 
+mod dual;
+
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-
-macro_rules! log {
-    ($($t:tt)*) => {{
-        #[cfg(target_arch = "wasm32")]
-        wasm_bindgen_test::console_log!($($t)*);
-        #[cfg(not(target_arch = "wasm32"))]
-        println!($($t)*);
-    }};
-}
-
-/// Defines one test that runs natively (blocking) and in the browser (async).
-macro_rules! gpu_test {
-    ($name:ident, $body:ident) => {
-        #[cfg(not(target_arch = "wasm32"))]
-        #[test]
-        fn $name() {
-            pollster::block_on($body());
-        }
-        #[cfg(target_arch = "wasm32")]
-        #[wasm_bindgen_test::wasm_bindgen_test]
-        async fn $name() {
-            $body().await;
-        }
-    };
-}
 
 async fn tiny(opts: EngineOptions) -> Engine {
     let gpu = Gpu::new().await.unwrap_or_else(|e| panic!("GPU tests need an adapter (lavapipe natively, --enable-unsafe-webgpu in Chromium): {e}"));

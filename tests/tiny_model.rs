@@ -13,6 +13,8 @@ use hotprefix::model::{Logits, Model, Options};
 use hotprefix::selftest::Rng;
 use hotprefix::testmodel::{oracle_logits, tiny_gguf};
 
+mod dual;
+
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
@@ -20,31 +22,6 @@ const VOCAB: usize = 320;
 const TOL: f32 = 1e-3;
 /// The native build's logits (see the module docs).
 const FIXTURE: &str = include_str!("fixtures/tiny-logits.json");
-
-macro_rules! log {
-    ($($t:tt)*) => {{
-        #[cfg(target_arch = "wasm32")]
-        wasm_bindgen_test::console_log!($($t)*);
-        #[cfg(not(target_arch = "wasm32"))]
-        println!($($t)*);
-    }};
-}
-
-/// Defines one test that runs natively (blocking) and in the browser (async).
-macro_rules! gpu_test {
-    ($name:ident, $body:ident) => {
-        #[cfg(not(target_arch = "wasm32"))]
-        #[test]
-        fn $name() {
-            pollster::block_on($body());
-        }
-        #[cfg(target_arch = "wasm32")]
-        #[wasm_bindgen_test::wasm_bindgen_test]
-        async fn $name() {
-            $body().await;
-        }
-    };
-}
 
 /// Chunks of 8 over pages of 4: prefill crosses chunk and page boundaries.
 fn opts() -> Options {
