@@ -64,6 +64,7 @@ fn mm(format: Format, shapes: &[(usize, usize, usize)]) -> Vec<Check> {
 }
 
 // Odd T and N (not multiples of any workgroup size), T = 1 (matvec), T ≥ 4 (tiled), large K.
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 const NATIVE_MM: &[(usize, usize, usize)] = &[(1, 576, 577), (1, 4096, 67), (3, 64, 129), (4, 96, 5), (13, 576, 203), (37, 1536, 33), (2, 32, 1)];
 #[allow(dead_code)] // used by the browser build only
 const BROWSER_MM: &[(usize, usize, usize)] = &[(1, 96, 37), (5, 64, 19)];
