@@ -130,11 +130,12 @@ pub struct Timings {
 pub struct DivergedAt {
     /// First prompt token that differs.
     pub token: usize,
-    /// The message it falls in (index into the request's `messages`), and its role; `null` when it
-    /// falls in template text after the last message.
+    /// The message whose content it falls in (index into the request's `messages`), and its
+    /// role; `null` when it falls in the template's own text (role headers, a default system
+    /// prompt the template adds, the generation prompt).
     pub message: Option<usize>,
     pub role: Option<String>,
-    /// Character offset inside that message's content (0 when it falls in the message's header).
+    /// Character offset inside that message's content (0 when outside any content).
     pub char: usize,
     /// A few tokens of the resident text and of the new text from that point.
     pub resident: String,

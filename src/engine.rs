@@ -8,6 +8,7 @@
 //! evicted leaf-first, least recently used; pages a running request holds never are.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::api::{self, CacheReport, ChatRequest, ChatResult, DivergedAt, PromptTokensDetails, Usage};
@@ -19,6 +20,7 @@ use crate::gpu::Gpu;
 use crate::kv::{self, KvCache, Sequence};
 use crate::model::{Logits, Model, Options, TensorBytes};
 use crate::ops;
+use crate::persist;
 use crate::prefix::{Divergence, PrefixIndex, Resident};
 use crate::sample::{Sampler, SamplingParams};
 use crate::selftest::now_ms;
@@ -139,6 +141,16 @@ pub struct CacheStats {
     pub evicted_pages: u64,
     /// Resident prefixes (salt, tokens, pages, last use), most recent first.
     pub prefixes: Vec<Resident>,
+}
+
+/// What [`Engine::restore_cache`] made resident.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Restored {
+    pub prefixes: usize,
+    pub tokens: usize,
+    pub pages: usize,
+    /// Prefixes left out: longer than the context window, or no room in the KV budget.
+    pub skipped: usize,
 }
 
 /// A prompt encoded from messages: the token ids and where each message's content lies.
@@ -330,11 +342,13 @@ impl Engine {
         let end = (d.token + SNIPPET).min(enc.ids.len());
         let new = decode(&enc.ids[d.token.min(end)..end]);
         let resident = decode(&d.resident[..d.resident.len().min(SNIPPET)]);
-        let hit = enc.contents.iter().position(|r| d.token < r.end);
+        // In a message's content; a token before it is the template's framing (role headers, a
+        // default system prompt the template adds), reported as no message.
+        let hit = enc.contents.iter().position(|r| d.token < r.end).filter(|&k| d.token >= enc.contents[k].start);
         let (message, role, char) = match hit {
             Some(k) => {
                 let r = &enc.contents[k];
-                let char = if d.token > r.start { decode(&enc.ids[r.start..d.token]).chars().count() } else { 0 };
+                let char = decode(&enc.ids[r.start..d.token]).chars().count();
                 let i = kept[k];
                 (Some(i), Some(messages[i].role.clone()), char)
             }
@@ -563,6 +577,90 @@ impl Engine {
         let mut holders = vec![0; pool.total()];
         self.index.count_holders(&mut holders);
         pool.audit(&holders)
+    }
+
+    fn cache_shape(&self, model: &str) -> persist::Shape {
+        let cfg = &self.model.cfg;
+        persist::Shape { model: model.to_string(), n_layer: cfg.n_layer, n_kv_head: cfg.n_kv_head, head_dim: cfg.head_dim, page_size: self.kv.page_size }
+    }
+
+    /// Every resident prefix (salt, token ids) and its KV pages as a saved-cache file
+    /// ([`persist`]); `model` names the model file (the browser package passes its sha256), and a
+    /// restore checks it. Pages shared by several prefixes are saved once.
+    pub async fn save_cache(&self, model: &str) -> Result<Vec<u8>> {
+        let mut slot: HashMap<u32, u32> = HashMap::new();
+        let mut order: Vec<u32> = Vec::new();
+        let prefixes: Vec<persist::SavedPrefix> = self
+            .index
+            .paths()
+            .into_iter()
+            .map(|(salt, tokens, pages)| {
+                let pages = pages
+                    .iter()
+                    .map(|&p| {
+                        *slot.entry(p).or_insert_with(|| {
+                            order.push(p);
+                            order.len() as u32 - 1
+                        })
+                    })
+                    .collect();
+                persist::SavedPrefix { salt, tokens, pages }
+            })
+            .collect();
+        let data = self.kv.read_pages(&self.gpu, &order).await?;
+        let header = persist::Header { version: persist::LAYOUT_VERSION, shape: self.cache_shape(model), pages: order.len() as u32, prefixes };
+        persist::encode(&header, &data)
+    }
+
+    /// Makes the prefixes of a saved-cache file ([`Self::save_cache`]) resident again, most
+    /// recently used first, as many as free and evictable pages hold. A file for another model,
+    /// shape or layout version, or a corrupt one, is refused with [`Error::CacheFile`] and nothing
+    /// changes.
+    pub async fn restore_cache(&mut self, file: &[u8], model: &str) -> Result<Restored> {
+        let shape = self.cache_shape(model);
+        let (header, data) = persist::decode(file, &shape, self.kv.layer_page_bytes(), self.model.cfg.vocab)?;
+        let max = self.context_size();
+        let mut to: Vec<Option<u32>> = vec![None; header.pages as usize];
+        let mut held = Vec::new();
+        let mut keep = Vec::new();
+        let mut out = Restored::default();
+        for p in &header.prefixes {
+            let new = p.pages.iter().filter(|&&i| to[i as usize].is_none()).count();
+            if p.tokens.len() > max || self.ensure_free(new).is_err() {
+                out.skipped += 1;
+                continue;
+            }
+            let pool = &mut self.kv.pool.borrow_mut();
+            for &i in &p.pages {
+                if to[i as usize].is_none() {
+                    let page = pool.alloc().ok_or(Error::CacheFull { needed_pages: new, free_pages: 0 })?;
+                    to[i as usize] = Some(page);
+                    held.push(page);
+                }
+            }
+            keep.push(p);
+        }
+        let r = self.kv.write_pages(&self.gpu, data, header.pages as usize, &to);
+        let r = match r {
+            Ok(()) => self.gpu.finish().await,
+            Err(e) => Err(e),
+        };
+        let pool = &mut self.kv.pool.borrow_mut();
+        if r.is_ok() {
+            // Least recent first, so that the index's use order ends as the file's.
+            for p in keep.iter().rev() {
+                let pages: Vec<u32> = p.pages.iter().filter_map(|&i| to[i as usize]).collect();
+                self.index.insert(pool, &p.salt, &p.tokens, &pages)?;
+                out.prefixes += 1;
+                out.tokens += p.tokens.len();
+            }
+            out.pages = held.len();
+        }
+        for page in held {
+            pool.release(page)?;
+        }
+        pool.check()?;
+        r.map(|()| out)
     }
 
     /// Forgets every resident prefix (and the lint's request history). After an accounting

@@ -55,6 +55,10 @@ pub enum Error {
     /// cleared before it is used again.
     #[error("KV cache corrupt: {0}")]
     CacheCorrupt(String),
+    /// A saved-cache file that is corrupt, of another layout version, or for another model or
+    /// shape: it is refused and nothing resident changes.
+    #[error("saved cache refused: {0}")]
+    CacheFile(String),
     /// An argument outside its valid range (a token id past the vocabulary, a NaN temperature…).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -90,6 +94,7 @@ impl Error {
             Error::InvalidArgument(_) => "InvalidArgumentError",
             Error::CacheFull { .. } => "CacheFullError",
             Error::CacheCorrupt(_) => "CacheCorruptError",
+            Error::CacheFile(_) => "CacheFileError",
             Error::Model(_) => "ModelError",
             Error::Tokenizer(_) => "TokenizerError",
             Error::Template(_) => "TemplateError",

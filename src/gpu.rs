@@ -248,6 +248,17 @@ impl Gpu {
 
     /// Copies `bytes` bytes from the start of `buf` back to the CPU.
     pub async fn read(&self, buf: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
+        self.read_ranges(buf, &[(0, bytes)]).await
+    }
+
+    /// Copies the byte ranges `(offset, length)` of `buf` back to the CPU, concatenated, in one
+    /// submission and one map (e.g. scattered KV pages). With several ranges, every offset and
+    /// length must be a multiple of 4.
+    pub async fn read_ranges(&self, buf: &wgpu::Buffer, ranges: &[(u64, u64)]) -> Result<Vec<u8>> {
+        if ranges.len() > 1 && ranges.iter().any(|&(o, n)| o % 4 != 0 || n % 4 != 0) {
+            return Err(Error::InvalidArgument(format!("readback ranges must be 4-byte aligned: {ranges:?}")));
+        }
+        let bytes: u64 = ranges.iter().map(|&(_, n)| n).sum();
         let size = bytes.next_multiple_of(4);
         let staging = {
             let mut slot = self.staging.borrow_mut();
@@ -267,7 +278,11 @@ impl Gpu {
         };
         let scopes = Scopes::push(&self.device);
         let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
+        let mut at = 0;
+        for &(offset, n) in ranges {
+            enc.copy_buffer_to_buffer(buf, offset, &staging, at, n.next_multiple_of(4));
+            at += n.next_multiple_of(4);
+        }
         self.queue.submit([enc.finish()]);
         let (tx, rx) = futures_channel::oneshot::channel();
         staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {

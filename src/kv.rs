@@ -185,6 +185,48 @@ impl KvCache {
         self.pool.borrow().free()
     }
 
+    /// Bytes of one layer's K (or V) for one page.
+    pub fn layer_page_bytes(&self) -> u64 {
+        self.layers.first().map_or(0, |l| (l.n_kv * l.page_size * l.head_dim * 2) as u64)
+    }
+
+    /// The K/V of `pages`, every layer: for each layer, the K of each page in order, then the V
+    /// (the saved-cache layout, [`crate::persist`]).
+    pub async fn read_pages(&self, gpu: &Gpu, pages: &[u32]) -> Result<Vec<u8>> {
+        let lpb = self.layer_page_bytes();
+        let ranges: Vec<(u64, u64)> = pages.iter().map(|&p| (u64::from(p) * lpb, lpb)).collect();
+        let mut out = Vec::with_capacity(2 * self.layers.len() * ranges.len() * lpb as usize);
+        for l in &self.layers {
+            out.extend(gpu.read_ranges(&l.k, &ranges).await?);
+            out.extend(gpu.read_ranges(&l.v, &ranges).await?);
+        }
+        Ok(out)
+    }
+
+    /// Writes K/V data laid out as [`Self::read_pages`] gives it for `from.len()` pages, page
+    /// `from[i]` of the data into page `to[i]` of the pool (`None`: skipped).
+    pub fn write_pages(&self, gpu: &Gpu, data: &[u8], from: usize, to: &[Option<u32>]) -> Result<()> {
+        let lpb = self.layer_page_bytes() as usize;
+        let per_layer = 2 * from * lpb;
+        if data.len() != per_layer * self.layers.len() || to.len() != from {
+            return Err(Error::InvalidArgument(format!("{} bytes of KV data for {from} pages of {lpb} bytes × {} layers", data.len(), self.layers.len())));
+        }
+        let total = self.pool.borrow().total();
+        for (l, layer) in self.layers.iter().zip(data.chunks_exact(per_layer)) {
+            let (k, v) = layer.split_at(from * lpb);
+            for (i, dst) in to.iter().enumerate() {
+                let Some(dst) = dst else { continue };
+                if *dst as usize >= total {
+                    return Err(Error::CacheCorrupt(format!("write into page {dst} of {total}")));
+                }
+                let off = u64::from(*dst) * lpb as u64;
+                gpu.write(&l.k, off, &k[i * lpb..][..lpb]);
+                gpu.write(&l.v, off, &v[i * lpb..][..lpb]);
+            }
+        }
+        Ok(())
+    }
+
     /// Most positions one sequence can hold (its page table's size).
     pub fn max_seq_tokens(&self) -> usize {
         self.max_seq_pages * self.page_size

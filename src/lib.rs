@@ -30,6 +30,7 @@ pub mod lint;
 pub mod model;
 pub mod ops;
 pub mod oracle;
+pub mod persist;
 pub mod prefix;
 pub mod quant;
 pub mod sample;

@@ -314,6 +314,37 @@ impl PrefixIndex {
         }
     }
 
+    /// Every resident prefix in full (salt, tokens and pages from the root to a leaf), most
+    /// recently used first: what a saved cache holds.
+    pub fn paths(&self) -> Vec<(String, Vec<u32>, Vec<u32>)> {
+        let mut leaves: Vec<(u64, NodeId)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, n)| n.as_ref().filter(|n| n.parent.is_some() && n.children.is_empty()).map(|n| (n.last_use, id)))
+            .collect();
+        leaves.sort_by_key(|&(t, _)| Reverse(t));
+        leaves
+            .into_iter()
+            .map(|(_, leaf)| {
+                let mut chain = Vec::new();
+                let mut at = Some(leaf);
+                let mut salt = String::new();
+                while let Some(n) = at.map(|a| self.node(a)) {
+                    match n.parent {
+                        Some(_) => chain.push((n.tokens.as_slice(), n.page)),
+                        None => salt = n.salt.clone(),
+                    }
+                    at = n.parent;
+                }
+                chain.reverse();
+                let tokens = chain.iter().flat_map(|(t, _)| t.iter().copied()).collect();
+                let pages = chain.iter().map(|&(_, p)| p).collect();
+                (salt, tokens, pages)
+            })
+            .collect()
+    }
+
     /// The resident prefixes (the tree's leaves), most recently used first.
     pub fn residents(&self) -> Vec<Resident> {
         let mut out = Vec::new();

@@ -181,6 +181,21 @@ impl WebEngine {
         self.engine.clear_cache();
     }
 
+    /// The resident prefixes (salt, token ids) and their KV pages as a saved-cache file, for the
+    /// model named `model` (the package passes the file's sha256).
+    #[wasm_bindgen(js_name = saveCache)]
+    pub async fn save_cache(&self, model: String) -> Result<Vec<u8>, JsValue> {
+        Ok(self.engine.save_cache(&model).await?)
+    }
+
+    /// Makes a saved-cache file's prefixes resident again; returns `{prefixes, tokens, pages,
+    /// skipped}`. A file for another model, shape or layout version, or a corrupt one, fails with
+    /// `CacheFileError` and changes nothing.
+    #[wasm_bindgen(js_name = restoreCache)]
+    pub async fn restore_cache(&mut self, file: Vec<u8>, model: String) -> Result<JsValue, JsValue> {
+        to_js(&self.engine.restore_cache(&file, &model).await?)
+    }
+
     /// Destroys the GPU device: its memory is freed now, and later calls fail with
     /// `DeviceLostError` (`unload`, and tests of device loss).
     #[wasm_bindgen(js_name = destroyDevice)]

@@ -136,3 +136,66 @@ async fn failures_leave_the_cache_consistent_body() {
     assert!(next.cached_tokens > 60);
     assert_eq!(next.tokens, want, "after a refusal and an abort the answer equals a cold one");
 }
+
+gpu_test!(a_saved_cache_restores_exactly_and_a_bad_one_changes_nothing, saved_cache);
+
+/// `save_cache` then `restore_cache` into a fresh engine: the same prefixes are resident, the next
+/// request reuses them to the exact token and answers as a cold engine does, and the page
+/// accounting is exact. Corrupt files, another model's, and another page size are refused with
+/// `CacheFile` and leave the cache as it was; a budget too small for everything restores the
+/// most recent prefixes.
+async fn saved_cache() {
+    let opts = EngineOptions { context: Some(512), kv_budget_mb: Some(1.0), page_size: 8, ..EngineOptions::default() };
+    let mut a = tiny(opts.clone()).await;
+    let docs = [doc(7, 50), doc(8, 50)];
+    let system = Message::new("system", "Answer from the document.");
+    let ask = |d: &str, q: &str| ChatRequest::new(vec![system.clone(), Message::new("user", d.to_string()), Message::new("user", q.to_string())], 4);
+    for (d, q) in [(&docs[0], "what?"), (&docs[1], "who?")] {
+        a.chat(&ask(d, q), |_| {}).await.unwrap();
+    }
+    let file = a.save_cache("model-a").await.unwrap();
+    let before = a.cache_stats();
+
+    let mut b = tiny(opts.clone()).await;
+    let r = b.restore_cache(&file, "model-a").await.unwrap();
+    assert_eq!((r.prefixes, r.skipped, r.pages), (2, 0, before.pages_used), "{r:?}");
+    let after = b.cache_stats();
+    assert_eq!(after.pages_used, before.pages_used);
+    let tokens = |s: &hotprefix::engine::CacheStats| s.prefixes.iter().map(|p| p.tokens).collect::<Vec<_>>();
+    assert_eq!(tokens(&after), tokens(&before), "the same prefixes, most recent first");
+    b.audit_cache().unwrap();
+
+    let mut cold = tiny(EngineOptions { cache: false, ..opts.clone() }).await;
+    let req = ask(&docs[0], "when?");
+    let doc_end = b.encode_messages(&req.messages).unwrap().contents[1].end;
+    let warm = b.chat(&req, |_| {}).await.unwrap();
+    let want = a.chat(&req, |_| {}).await.unwrap();
+    let c = cold.chat(&req, |_| {}).await.unwrap();
+    assert!(warm.usage.prompt_tokens_details.cached_tokens >= doc_end, "{} cached, document ends at {doc_end}", warm.usage.prompt_tokens_details.cached_tokens);
+    assert_eq!(warm.usage.prompt_tokens_details.cached_tokens, want.usage.prompt_tokens_details.cached_tokens, "as much as the engine that computed it");
+    assert_eq!(warm.tokens, c.tokens, "the restored K/V answer as a cold run does");
+    b.audit_cache().unwrap();
+
+    // Refused files change nothing.
+    let mut e = tiny(opts.clone()).await;
+    let mut flipped = file.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 1;
+    for (what, bytes, model) in [("corrupt", &flipped[..], "model-a"), ("truncated", &file[..file.len() - 9], "model-a"), ("another model", &file[..], "model-b")] {
+        let err = e.restore_cache(bytes, model).await.unwrap_err();
+        assert!(matches!(err, Error::CacheFile(_)), "{what}: {err}");
+        assert_eq!(e.cache_stats().pages_used, 0, "{what}: nothing resident");
+    }
+    let mut other_pages = tiny(EngineOptions { page_size: 4, ..opts.clone() }).await;
+    assert!(matches!(other_pages.restore_cache(&file, "model-a").await, Err(Error::CacheFile(_))), "another page size");
+    e.audit_cache().unwrap();
+
+    // Room for one document only: the most recent one is restored.
+    let page_kib = a.cache_stats().page_bytes as f64 / 1024.0;
+    let small = (before.prefixes[0].pages as f64 + 1.5) * page_kib / 1024.0;
+    let mut s = tiny(EngineOptions { kv_budget_mb: Some(small), ..opts }).await;
+    let r = s.restore_cache(&file, "model-a").await.unwrap();
+    assert_eq!((r.prefixes, r.skipped), (1, 1), "{r:?}");
+    assert_eq!(s.cache_stats().prefixes[0].tokens, before.prefixes[0].tokens);
+    s.audit_cache().unwrap();
+}

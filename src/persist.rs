@@ -1,0 +1,180 @@
+//! The saved-cache file: resident prefixes (salt, token ids) and their KV pages, so that a page
+//! reload or a new process starts warm. Nothing in a file is trusted: a file whose format or KV
+//! layout version, model or shapes differ from the engine's, or whose checksum fails, is refused
+//! with [`Error::CacheFile`] and the engine's cache is left as it was.
+//!
+//! Layout (little-endian): `MAGIC` (8 bytes) · header length (u32) · header (JSON, [`Header`]) ·
+//! page data · CRC-32 of everything before it (u32). Page data is, for each layer, the K of every
+//! saved page in order, then their V: `pages × layer_page_bytes` bytes each (the GPU's own page
+//! layout, f16 pairs packed in u32).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+const MAGIC: &[u8; 8] = b"HPKVSAVE";
+
+/// Bump when the file layout or the KV page layout on the GPU changes.
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// What the file's pages are: they load only into an engine with the same values.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shape {
+    /// The model's identity, as the caller gives it (the browser package uses the file's sha256).
+    pub model: String,
+    pub n_layer: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub page_size: usize,
+}
+
+/// One saved prefix: its salt, its tokens, and the indices of its pages in the file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedPrefix {
+    pub salt: String,
+    pub tokens: Vec<u32>,
+    pub pages: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Header {
+    pub version: u32,
+    pub shape: Shape,
+    /// Pages in the file.
+    pub pages: u32,
+    /// Most recently used first.
+    pub prefixes: Vec<SavedPrefix>,
+}
+
+fn bad(detail: impl Into<String>) -> Error {
+    Error::CacheFile(detail.into())
+}
+
+/// The file for `header` and its page data.
+pub fn encode(header: &Header, data: &[u8]) -> Result<Vec<u8>> {
+    let json = serde_json::to_vec(header).map_err(|e| bad(e.to_string()))?;
+    let json_len = u32::try_from(json.len()).map_err(|_| bad("header over 4 GiB"))?;
+    let mut out = Vec::with_capacity(16 + json.len() + data.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&json_len.to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(data);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// The header and page data of a file, checked: magic, checksum, version, the expected shape,
+/// the data's length, and every prefix's pages and length. `vocab` bounds the token ids.
+pub fn decode<'a>(file: &'a [u8], expect: &Shape, layer_page_bytes: u64, vocab: usize) -> Result<(Header, &'a [u8])> {
+    if file.len() < 16 || &file[..8] != MAGIC {
+        return Err(bad("not a hotprefix saved-cache file"));
+    }
+    let (body, crc) = file.split_at(file.len() - 4);
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return Err(bad("checksum mismatch: the file is corrupt or truncated"));
+    }
+    let json_len = u32::from_le_bytes([body[8], body[9], body[10], body[11]]) as usize;
+    let json = body.get(12..12usize.saturating_add(json_len)).ok_or_else(|| bad("header past the end of the file"))?;
+    let header: Header = serde_json::from_slice(json).map_err(|e| bad(format!("header: {e}")))?;
+    if header.version != LAYOUT_VERSION {
+        return Err(bad(format!("layout version {}, this engine reads {LAYOUT_VERSION}", header.version)));
+    }
+    if header.shape != *expect {
+        return Err(bad(format!("saved for {:?}, this engine is {:?}", header.shape, expect)));
+    }
+    let data = &body[12 + json_len..];
+    let want = (header.pages as u64)
+        .checked_mul(2 * layer_page_bytes)
+        .and_then(|b| b.checked_mul(expect.n_layer as u64))
+        .ok_or_else(|| bad("page count overflows"))?;
+    if data.len() as u64 != want {
+        return Err(bad(format!("{} bytes of page data, {} pages need {want}", data.len(), header.pages)));
+    }
+    let ps = expect.page_size;
+    // A page holds the K/V of one chunk of tokens at one position, whichever prefixes share it:
+    // anything else would hand one prefix another's K/V.
+    let mut meaning: std::collections::HashMap<u32, (usize, &[u32])> = std::collections::HashMap::new();
+    for (i, p) in header.prefixes.iter().enumerate() {
+        let n = p.tokens.len();
+        if n == 0 || p.pages.len() != n.div_ceil(ps) {
+            return Err(bad(format!("prefix {i}: {n} tokens in {} pages of {ps}", p.pages.len())));
+        }
+        if let Some(&pg) = p.pages.iter().find(|&&pg| pg >= header.pages) {
+            return Err(bad(format!("prefix {i}: page {pg} of {}", header.pages)));
+        }
+        if let Some(&t) = p.tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(bad(format!("prefix {i}: token {t} past the vocabulary of {vocab}")));
+        }
+        for (depth, (&page, chunk)) in p.pages.iter().zip(p.tokens.chunks(ps)).enumerate() {
+            let m = *meaning.entry(page).or_insert((depth, chunk));
+            if m != (depth, chunk) {
+                return Err(bad(format!("prefix {i}: page {page} holds different tokens in two prefixes")));
+            }
+        }
+    }
+    Ok((header, data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> Shape {
+        Shape { model: "m".into(), n_layer: 2, n_kv_head: 1, head_dim: 4, page_size: 2 }
+    }
+
+    fn file() -> Vec<u8> {
+        let header = Header {
+            version: LAYOUT_VERSION,
+            shape: shape(),
+            pages: 2,
+            prefixes: vec![SavedPrefix { salt: String::new(), tokens: vec![1, 2, 3], pages: vec![0, 1] }],
+        };
+        // 2 layers × (K, V) × 2 pages × 8 bytes
+        let data: Vec<u8> = (0..64).collect();
+        encode(&header, &data).unwrap()
+    }
+
+    #[test]
+    fn round_trip() {
+        let f = file();
+        let (h, data) = decode(&f, &shape(), 8, 10).unwrap();
+        assert_eq!(h.prefixes[0].tokens, [1, 2, 3]);
+        assert_eq!(data, (0..64).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn every_corruption_is_refused() {
+        let f = file();
+        for i in 0..f.len() {
+            let mut g = f.clone();
+            g[i] ^= 0x10;
+            assert!(matches!(decode(&g, &shape(), 8, 10), Err(Error::CacheFile(_))), "flipped byte {i} was accepted");
+        }
+        for n in 0..f.len() {
+            assert!(decode(&f[..n], &shape(), 8, 10).is_err(), "a file cut to {n} bytes was accepted");
+        }
+        let other = Shape { model: "other".into(), ..shape() };
+        let e = decode(&f, &other, 8, 10).unwrap_err();
+        assert!(e.to_string().contains("saved for"), "{e}");
+        assert!(decode(&f, &shape(), 8, 3).is_err(), "tokens past the vocabulary");
+    }
+
+    #[test]
+    fn a_page_shared_by_prefixes_must_hold_the_same_tokens() {
+        let prefix = |tokens: Vec<u32>, pages: Vec<u32>| SavedPrefix { salt: String::new(), tokens, pages };
+        let header = |prefixes| Header { version: LAYOUT_VERSION, shape: shape(), pages: 2, prefixes };
+        let data = vec![0u8; 64];
+        let shared = encode(&header(vec![prefix(vec![1, 2, 3], vec![0, 1]), prefix(vec![1, 2], vec![0])]), &data).unwrap();
+        assert!(decode(&shared, &shape(), 8, 10).is_ok());
+        for bad in [
+            vec![prefix(vec![1, 2, 3], vec![0, 1]), prefix(vec![1, 9], vec![0])], // other tokens
+            vec![prefix(vec![1, 2, 3], vec![0, 1]), prefix(vec![5, 6, 1, 2], vec![1, 0])], // other position
+            vec![prefix(vec![1, 2, 1, 2], vec![0, 0])],                             // twice in one prefix
+        ] {
+            let f = encode(&header(bad.clone()), &data).unwrap();
+            assert!(decode(&f, &shape(), 8, 10).is_err(), "{bad:?} accepted");
+        }
+    }
+}
