@@ -9,6 +9,8 @@ import {
 
 /** Cache Storage bucket holding downloaded model files, keyed by URL. */
 export const MODEL_CACHE = 'hotprefix-models';
+/** OPFS directory holding saved caches, one file per model: `<sha256>.kv`. */
+export const SAVED_DIR = 'hotprefix-kv';
 
 let wasm = null; // the wasm module's exports, once instantiated
 function loadWasm(wasmUrl) {
@@ -80,7 +82,7 @@ async function modelBytes(model, sha256, onProgress) {
   if (hit) {
     const bytes = new Uint8Array(await hit.arrayBuffer());
     onProgress({ phase: 'download', loaded: bytes.length, total: bytes.length, cached: true });
-    return { bytes, url, cached: true };
+    return { bytes, url, cached: true, sha256: hit.headers.get('x-hotprefix-sha256') };
   }
   let res;
   try {
@@ -92,15 +94,22 @@ async function modelBytes(model, sha256, onProgress) {
   return { bytes: await readBody(res, url, onProgress), url, cached: false };
 }
 
-async function verify(bytes, sha256, what) {
-  if (!sha256) return;
+/**
+ * The file's sha256 (hex): checked against `sha256` when one is given, and the model's identity
+ * for saved caches. A cached file's recorded digest is reused when no check is asked for; without
+ * crypto.subtle (an insecure context) it is null, and saved caches are off.
+ */
+async function digest(bytes, sha256, recorded, what) {
+  if (!sha256 && recorded) return recorded;
   if (!globalThis.crypto?.subtle) {
-    throw new ModelLoadError(`${what}: sha256 verification needs a secure context (https or localhost)`);
+    if (sha256) throw new ModelLoadError(`${what}: sha256 verification needs a secure context (https or localhost)`);
+    return null;
   }
   const got = hex(await crypto.subtle.digest('SHA-256', bytes));
-  if (got !== sha256.toLowerCase()) {
+  if (sha256 && got !== sha256.toLowerCase()) {
     throw new ModelLoadError(`${what}: integrity check failed: sha256 ${got}, expected ${sha256.toLowerCase()}`);
   }
+  return got;
 }
 
 function checkOptions(o) {
@@ -120,17 +129,22 @@ export class Core {
   #pumping = null; // the loop serving the queue, while it runs
   #closed = null;
 
-  constructor(engine, exports) {
+  constructor(engine, exports, modelKey) {
     this.#engine = engine;
     this.adapter = engine.adapter();
     this.contextSize = engine.contextSize();
     this.exports = exports;
+    this.modelKey = modelKey; // the model file's sha256: the saved cache's file name and identity
+    this.restored = null;
   }
 
   /** What the engine reports about itself: adapter, context, and the wasm heap's size in bytes
    * (linear memory only grows: after a load, its peak during the load). */
   info() {
-    return { adapter: this.adapter, contextSize: this.contextSize, wasmHeapBytes: this.exports.memory.buffer.byteLength };
+    return {
+      adapter: this.adapter, contextSize: this.contextSize, wasmHeapBytes: this.exports.memory.buffer.byteLength,
+      sha256: this.modelKey, restored: this.restored,
+    };
   }
 
   /**
@@ -151,8 +165,9 @@ export class Core {
     const src = await modelBytes(opts.model, opts.sha256, onProgress);
     const what = src.url ?? 'the model buffer';
     let { bytes } = src;
+    let sha;
     try {
-      await verify(bytes, opts.sha256, what);
+      sha = await digest(bytes, opts.sha256, src.sha256, what);
     } catch (e) {
       if (src.cached) await (await openCache())?.delete(src.url); // never trust it again
       throw e;
@@ -160,7 +175,9 @@ export class Core {
     let cache = null;
     if (src.url && !src.cached) {
       cache = await openCache();
-      await cache?.put(src.url, new Response(bytes, { headers: { 'content-type': 'application/octet-stream', 'content-length': String(bytes.length) } }));
+      const headers = { 'content-type': 'application/octet-stream', 'content-length': String(bytes.length) };
+      if (sha) headers['x-hotprefix-sha256'] = sha;
+      await cache?.put(src.url, new Response(bytes, { headers }));
     }
     onProgress({ phase: 'upload', loaded: 0, total: bytes.length });
     let engine;
@@ -180,7 +197,8 @@ export class Core {
       if (src.url && err instanceof ModelLoadError) await (cache ?? await openCache())?.delete(src.url);
       throw err;
     }
-    const core = new Core(engine, exports);
+    const core = new Core(engine, exports, sha);
+    if (opts.restoreCache) core.restored = await core.restore();
     onProgress({ phase: 'ready', loaded: 1, total: 1 });
     return core;
   }
@@ -245,7 +263,88 @@ export class Core {
   }
 
   stats() {
-    return this.#enqueue(async () => this.#engine.cacheStats());
+    return this.#enqueue(async () => ({ ...this.#engine.cacheStats(), saved_bytes: (await this.#savedFile())?.size ?? 0 }));
+  }
+
+  // The saved cache's file handle in OPFS (created when `create`), or null.
+  async #savedHandle(create = false) {
+    if (!this.modelKey || !globalThis.navigator?.storage?.getDirectory) return null;
+    try {
+      const root = await navigator.storage.getDirectory();
+      const dir = await root.getDirectoryHandle(SAVED_DIR, { create });
+      return await dir.getFileHandle(`${this.modelKey}.kv`, { create });
+    } catch (e) {
+      if (create) throw new HotprefixError(`cannot write the saved cache: ${e?.message ?? e}`, { cause: e });
+      return null;
+    }
+  }
+
+  async #savedFile() {
+    return (await this.#savedHandle())?.getFile() ?? null;
+  }
+
+  /**
+   * Writes every resident prefix (token ids and KV pages) to OPFS, under the model's sha256.
+   * Returns {bytes, prefixes, tokens}.
+   */
+  persist() {
+    return this.#enqueue(async () => {
+      if (!this.modelKey) throw new HotprefixError('saving the cache needs the model\'s sha256 (crypto.subtle: https or localhost)');
+      let file;
+      try {
+        file = await this.#engine.saveCache(this.modelKey);
+      } catch (e) {
+        throw fromEngine(e, 'request');
+      }
+      const handle = await this.#savedHandle(true);
+      if (handle.createWritable) {
+        const w = await handle.createWritable();
+        await w.write(file);
+        await w.close();
+      } else { // Safari before 26: only sync access handles, in workers
+        const h = await handle.createSyncAccessHandle();
+        h.truncate(0);
+        h.write(file, { at: 0 });
+        h.flush();
+        h.close();
+      }
+      const stats = this.#engine.cacheStats();
+      return { bytes: file.length, prefixes: stats.prefixes.length, tokens: stats.prefixes.reduce((a, p) => a + p.tokens, 0) };
+    });
+  }
+
+  /**
+   * Makes the saved prefixes resident again. Never throws: a missing file gives null; a file for
+   * another model, layout version or shape, or a corrupt one, gives {warning} and is deleted.
+   */
+  restore() {
+    return this.#enqueue(async () => {
+      const file = await this.#savedFile();
+      if (!file) return null;
+      try {
+        const r = await this.#engine.restoreCache(new Uint8Array(await file.arrayBuffer()), this.modelKey);
+        return { ...r, bytes: file.size };
+      } catch (e) {
+        const warning = `the saved cache was not used: ${e?.message ?? e}`;
+        console.warn(`hotprefix: ${warning}`);
+        if (e?.name === 'CacheFileError') await this.#forget(); // refused for good: never read again
+        return { warning, bytes: file.size };
+      }
+    });
+  }
+
+  async #forget() {
+    try {
+      const root = await navigator.storage.getDirectory();
+      await root.removeEntry(SAVED_DIR, { recursive: true });
+    } catch {
+      // nothing saved
+    }
+  }
+
+  /** Deletes every saved cache file. */
+  forget() {
+    return this.#enqueue(() => this.#forget());
   }
 
   clear() {

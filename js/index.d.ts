@@ -25,6 +25,8 @@ export interface CreateEngineOptions {
   contextSize?: number;
   /** The `model` field of results (default: the file name without .gguf). */
   modelId?: string;
+  /** Make the prefixes saved by `engine.cache.persist()` resident again at load (default false). */
+  restoreCache?: boolean;
 }
 
 export interface ChatMessage {
@@ -161,6 +163,20 @@ export interface CacheStats {
   bytes_used: number;
   evicted_pages: number;
   prefixes: ResidentPrefix[];
+  /** Size of this model's saved cache in OPFS, 0 when none. */
+  saved_bytes: number;
+}
+
+/** What `restoreCache` did at load. */
+export type RestoredCache =
+  | { prefixes: number; tokens: number; pages: number; skipped: number; bytes: number }
+  | { warning: string; bytes: number };
+
+export interface PersistResult {
+  /** Size on disk. */
+  bytes: number;
+  prefixes: number;
+  tokens: number;
 }
 
 export interface PrewarmResult {
@@ -191,7 +207,17 @@ export interface Engine {
     prewarm(messages: ChatMessage[], options?: { cache_salt?: string; signal?: AbortSignal }): Promise<PrewarmResult>;
     stats(): Promise<CacheStats>;
     clear(): Promise<void>;
+    /** Saves every resident prefix (token ids, KV pages) to OPFS under the model's sha256. */
+    persist(): Promise<PersistResult>;
+    /** Makes the saved prefixes resident again; null when nothing is saved. */
+    restore(): Promise<RestoredCache | null>;
+    /** Deletes the saved files. */
+    forget(): Promise<void>;
+    /** What `restoreCache` restored at load, or null. */
+    readonly restored: RestoredCache | null;
   };
+  /** The model file's sha256 (null in an insecure context). */
+  readonly sha256: string | null;
   /** Waits for running requests, frees the GPU memory and stops the worker. */
   unload(): Promise<void>;
 }
@@ -203,6 +229,8 @@ export function canonicalJSON(value: unknown): string | undefined;
 
 /** Cache Storage bucket holding downloaded model files, keyed by URL. */
 export const MODEL_CACHE: string;
+/** OPFS directory holding saved caches (`<sha256>.kv`). */
+export const SAVED_DIR: string;
 
 export class HotprefixError extends Error {
   /** The engine's own error name (e.g. 'GgufError'), when it came from the engine. */

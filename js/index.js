@@ -14,6 +14,8 @@ export {
 
 /** Cache Storage bucket where downloaded model files are kept, keyed by URL. */
 export const MODEL_CACHE = 'hotprefix-models';
+/** OPFS directory where saved caches are kept (`engine.cache.persist()`). */
+export const SAVED_DIR = 'hotprefix-kv';
 
 // Request fields hotprefix does not implement: refused rather than silently ignored.
 const UNSUPPORTED = ['tools', 'tool_choice', 'functions', 'function_call', 'response_format', 'logprobs', 'top_logprobs', 'logit_bias', 'audio', 'modalities'];
@@ -85,6 +87,9 @@ class LocalBackend {
       case 'chat': return this.core.chat(args.request, (text) => onEvent?.({ type: 'text', text }), signal);
       case 'stats': return this.core.stats();
       case 'clear': return this.core.clear();
+      case 'persist': return this.core.persist();
+      case 'restore': return this.core.restore();
+      case 'forget': return this.core.forget();
       case 'loseDevice': return this.core.loseDevice();
       case 'unload': { const c = this.core; this.core = null; return c.unload(); }
       default: throw new HotprefixError(`unknown operation ${op}`);
@@ -156,7 +161,17 @@ class Engine {
       stats: () => call('stats'),
       /** Forgets every resident prefix. */
       clear: () => call('clear'),
+      /** Saves every resident prefix (token ids and KV pages) to OPFS: {bytes, prefixes, tokens}. */
+      persist: () => call('persist'),
+      /** Makes the saved prefixes resident again (createEngine's `restoreCache` does this). */
+      restore: () => call('restore'),
+      /** Deletes the saved files. */
+      forget: () => call('forget'),
+      /** What `restoreCache` restored at load: {prefixes, tokens, pages, skipped, bytes},
+       * {warning, bytes} when the saved file was refused, or null. */
+      restored: info.restored ?? null,
     };
+    this.sha256 = info.sha256 ?? null;
   }
 
   async #create(params) {
@@ -258,7 +273,7 @@ class ChunkStream {
  */
 export async function createEngine(options = {}) {
   if (!options || typeof options !== 'object') throw new InvalidRequestError('createEngine() takes an options object');
-  const { model, sha256, onProgress, worker = true, kvBudgetMB, contextSize, modelId } = options;
+  const { model, sha256, onProgress, worker = true, kvBudgetMB, contextSize, modelId, restoreCache = false } = options;
   if (model == null) throw new InvalidRequestError('options.model is required: a URL or an ArrayBuffer');
   if (onProgress != null && typeof onProgress !== 'function') throw new InvalidRequestError('onProgress must be a function');
   let source = model;
@@ -275,7 +290,7 @@ export async function createEngine(options = {}) {
   }
   const backend = worker === false ? new LocalBackend() : new WorkerBackend();
   try {
-    const info = await backend.call('load', { model: source, sha256, kvBudgetMB, contextSize }, {
+    const info = await backend.call('load', { model: source, sha256, kvBudgetMB, contextSize, restoreCache: restoreCache === true }, {
       onEvent: (m) => m.type === 'progress' && onProgress?.(m.progress),
     });
     return new Engine(backend, info, id ?? 'hotprefix');

@@ -39,6 +39,9 @@ self.onmessage = async ({ data }) => {
       }
       case 'stats': value = await loaded().stats(); break;
       case 'clear': await loaded().clear(); break;
+      case 'persist': value = await loaded().persist(); break;
+      case 'restore': value = await loaded().restore(); break;
+      case 'forget': await loaded().forget(); break;
       case 'loseDevice': await loaded().loseDevice(); break;
       case 'unload': await core?.unload(); core = null; break;
       default: throw new HotprefixError(`unknown operation ${op}`);

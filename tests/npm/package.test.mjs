@@ -16,7 +16,7 @@ import { serve, CHROMIUM } from '../page/serve.mjs';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const HERE = fileURLToPath(new URL('./', import.meta.url));
-const TINY = join(ROOT, 'target/npm/tiny-llama.gguf');
+const TINY = join(ROOT, 'models/tiny-llama.gguf');
 const sh = (cmd, args, opts = {}) => execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], ...opts });
 
 let work, tgz, server, browser, page, tinyBytes;
@@ -45,7 +45,7 @@ before(async () => {
     },
     '/bad/not-a-model.gguf': (req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><p>Not found, but with a 200</p>'),
   };
-  server = await serve(join(work, 'dist'), { '/models/': join(ROOT, 'target/npm'), '/package/': join(work, 'node_modules/hotprefix') }, bad);
+  server = await serve(join(work, 'dist'), { '/models/': join(ROOT, 'models'), '/package/': join(work, 'node_modules/hotprefix') }, bad);
   browser = await chromium.launch(CHROMIUM);
   page = await browser.newPage();
   page.on('pageerror', (e) => errors.push(String(e)));
@@ -355,6 +355,75 @@ test('a plain <script type="module"> page uses the unpacked package', { timeout:
       return { tokens: a.usage.completion_tokens, inWorker: e.inWorker };
     });
     assert.deepEqual(r, { tokens: 2, inWorker: true });
+  } finally {
+    await p.close();
+  }
+});
+
+test('a saved cache survives a page reload; a corrupt one is refused with a warning and answers stay correct', { timeout: 300_000 }, async () => {
+  const p = await browser.newPage();
+  const pageErrors = [];
+  p.on('pageerror', (e) => pageErrors.push(String(e)));
+  const open = async (reload) => {
+    if (reload) await p.reload(); else await p.goto(server.url);
+    await p.waitForFunction(() => document.getElementById('status').textContent === 'ready');
+  };
+  const setup = () => {
+    const system = { role: 'system', content: `Answer from the document.\n\n${'Canal locks lift ships between lakes. '.repeat(12)}` };
+    window.ask = (q) => ({ messages: [system, { role: 'user', content: q }], max_tokens: 6 });
+    window.prewarmed = () => window.hotprefix.createEngine({ model: '/models/tiny-llama.gguf', restoreCache: true });
+  };
+  try {
+    await p.addInitScript(setup);
+    await open(false);
+    const saved = await p.evaluate(async () => {
+      const e = await window.hotprefix.createEngine({ model: '/models/tiny-llama.gguf' });
+      await e.cache.forget();
+      const first = await e.chat.completions.create(ask('How do ships climb?'));
+      const persisted = await e.cache.persist();
+      const stats = await e.cache.stats();
+      const cold = await (async () => { await e.cache.clear(); return e.chat.completions.create(ask('Where do the ships go?')); })();
+      await e.unload();
+      return { persisted, saved_bytes: stats.saved_bytes, prompt: first.usage.prompt_tokens, cold: cold.choices[0].message.content, sha: e.sha256 };
+    });
+    assert.ok(saved.persisted.bytes > 0 && saved.persisted.bytes === saved.saved_bytes, JSON.stringify(saved));
+    assert.equal(saved.persisted.prefixes, 1);
+
+    await open(true);
+    const warm = await p.evaluate(async () => {
+      const e = await prewarmed();
+      const a = await e.chat.completions.create(ask('Where do the ships go?'));
+      await e.unload();
+      return { restored: e.cache.restored, cached: a.usage.prompt_tokens_details.cached_tokens, text: a.choices[0].message.content, diverged: a.hotprefix.cache.diverged_at };
+    });
+    assert.equal(warm.restored.prefixes, 1, JSON.stringify(warm.restored));
+    assert.ok(warm.diverged?.message === 1 && warm.diverged.char === 0, `after the reload, the request hit up to its question: ${JSON.stringify(warm.diverged)}`);
+    assert.equal(warm.cached, warm.diverged.token);
+    assert.equal(warm.text, saved.cold, 'the restored K/V answer as a cold run does');
+
+    // Corrupt the saved file: one byte in the middle of the KV data.
+    await p.evaluate(async (sha) => {
+      const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle(window.hotprefix.SAVED_DIR);
+      const h = await dir.getFileHandle(`${sha}.kv`);
+      const bytes = new Uint8Array(await (await h.getFile()).arrayBuffer());
+      bytes[bytes.length >> 1] ^= 0x40;
+      const w = await h.createWritable();
+      await w.write(bytes);
+      await w.close();
+    }, saved.sha);
+    await open(true);
+    const refused = await p.evaluate(async () => {
+      const e = await prewarmed();
+      const a = await e.chat.completions.create(ask('Where do the ships go?'));
+      const stats = await e.cache.stats();
+      await e.unload();
+      return { restored: e.cache.restored, cached: a.usage.prompt_tokens_details.cached_tokens, text: a.choices[0].message.content, saved_bytes: stats.saved_bytes };
+    });
+    assert.match(refused.restored?.warning ?? '', /checksum/, JSON.stringify(refused.restored));
+    assert.equal(refused.cached, 0, 'nothing of the corrupt file was used');
+    assert.equal(refused.text, saved.cold, 'and the answer is the cold one');
+    assert.equal(refused.saved_bytes, 0, 'the refused file is deleted');
+    assert.deepEqual(pageErrors, []);
   } finally {
     await p.close();
   }

@@ -1,6 +1,6 @@
 // A TypeScript consumer of the public API: `tsc --noEmit` must accept it (tests/npm/package.test.mjs).
 import {
-  createEngine, canonicalJSON, MODEL_CACHE, HotprefixError, WebGPUUnavailableError, ModelLoadError,
+  createEngine, canonicalJSON, MODEL_CACHE, SAVED_DIR, HotprefixError, WebGPUUnavailableError, ModelLoadError,
   DeviceLostError, ContextOverflowError, KvBudgetError, AbortError, InvalidRequestError,
   type ChatCompletion, type ChatCompletionChunk, type CacheStats, type LoadProgress, type Engine,
 } from 'hotprefix';
@@ -14,7 +14,11 @@ async function main(): Promise<void> {
     worker: true,
     kvBudgetMB: 64,
     contextSize: 2048,
+    restoreCache: true,
   });
+  const restored = engine.cache.restored;
+  const restoredTokens: number = restored && 'tokens' in restored ? restored.tokens : 0;
+  const warning: string | undefined = restored && 'warning' in restored ? restored.warning : undefined;
   const system = { role: 'system' as const, content: 'You answer from the document.' };
   const ac = new AbortController();
   const r: ChatCompletion = await engine.chat.completions.create({
@@ -38,10 +42,12 @@ async function main(): Promise<void> {
   const warm = await engine.cache.prewarm([system], { cache_salt: 'user-1' });
   const stats: CacheStats = await engine.cache.stats();
   const resident: number[] = stats.prefixes.map((p) => p.tokens);
+  const saved: number = (await engine.cache.persist()).bytes + stats.saved_bytes;
+  await engine.cache.forget();
   await engine.cache.clear();
   await engine.unload();
   const key: string | undefined = canonicalJSON({ b: 1, a: [true, null] });
-  void [text, cached, reason, at, warm.cached_tokens, resident, key, MODEL_CACHE, phases];
+  void [text, cached, reason, at, warm.cached_tokens, resident, key, MODEL_CACHE, SAVED_DIR, phases, restoredTokens, warning, saved, engine.sha256];
 }
 
 function explain(e: unknown): string {
