@@ -25,13 +25,12 @@ cargo test --workspace --release
 stage "browser tests: wasm-pack test --headless --chrome"
 wasm-pack test --headless --chrome
 
-stage "page tests: demo page in headless Chromium"
-wasm-pack build --release --target web --out-dir www/pkg --no-pack
-node --test tests/page/
-
 stage "npm package: scripts/pack.sh, then the tarball in a Vite app in headless Chromium, tsc --noEmit"
 tgz=$(bash scripts/pack.sh | tail -n 1)
-bash scripts/make-tiny-model.sh target/npm/tiny-llama.gguf >/dev/null
+bash scripts/make-tiny-model.sh >/dev/null
 HOTPREFIX_TGZ="$tgz" node --test tests/npm/
+
+stage "page tests: the demo (on the package) in headless Chromium"
+node --test tests/page/
 
 stage ""

@@ -1,128 +1,316 @@
-// Demo page: runs hotprefix's kernel checks in this browser and shows the results.
-import init, { runKernelChecks, Engine } from './pkg/hotprefix.js';
+// The demo: a document, questions about it, and what the KV cache did. Built only on the npm
+// package's public API (./pkg is the built package: scripts/demo.sh links it here).
+//
+// URL parameters: ?model=tiny (the tiny test model, for tests), ?max_tokens=N (default 200),
+// ?kv_mb=N (KV budget, default 128), ?bench (run the benchmark after loading).
+import { createEngine, canonicalJSON, WebGPUUnavailableError } from './pkg/index.js';
+import { benchRequests } from './bench.js';
 
-const status = document.getElementById('status');
-const table = document.getElementById('results');
-const body = table.querySelector('tbody');
-const button = document.getElementById('run');
+const params = new URLSearchParams(location.search);
+const MODELS = { default: './models/SmolLM2-135M-Instruct.Q4_1.gguf', tiny: './models/tiny-llama.gguf' };
+const MODEL_URL = MODELS[params.get('model') ?? 'default'] ?? MODELS.default;
+const MAX_TOKENS = Number(params.get('max_tokens') ?? 200);
+const KV_MB = Number(params.get('kv_mb') ?? 128);
 
-function cell(row, text, cls) {
-  const td = row.insertCell();
-  td.textContent = text;
-  if (cls) td.className = cls;
+const $ = (id) => document.getElementById(id);
+const state = (s) => { document.body.dataset.state = s; };
+const fmt = (n, d = 0) => Number(n).toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
+const mb = (b) => `${fmt(b / 1048576, 1)} MB`;
+
+let engine = null;
+let history = [];       // this chat's turns after the system message: append-only
+let running = null;     // the AbortController of the request in flight
+let lastDiagnosis = null;
+
+// The layout the cache rewards: what never changes first (instructions, then the document),
+// what changes (the questions) after it.
+function systemMessage() {
+  return { role: 'system', content: `${$('system').value.trim()}\n\n<document>\n${$('doc').value.trim()}\n</document>` };
 }
 
-async function run() {
-  button.disabled = true;
-  body.replaceChildren();
-  table.hidden = true;
-  if (!navigator.gpu) {
-    status.textContent = 'This browser has no WebGPU (navigator.gpu is missing).';
-    document.body.dataset.state = 'error';
-    button.disabled = false;
+// ---- loading ---------------------------------------------------------------------------------
+
+function progress({ phase, loaded, total, cached }) {
+  const what = { download: cached ? 'Reading the model from this browser\'s cache' : 'Downloading the model', upload: 'Uploading the weights to the GPU', ready: 'Ready' }[phase];
+  $('load-status').textContent = total ? `${what}: ${mb(loaded)} of ${mb(total)}` : `${what}: ${mb(loaded)}`;
+  $('progress').value = total ? loaded / total : 0;
+}
+
+async function load() {
+  state('loading');
+  try {
+    engine = await createEngine({ model: MODEL_URL, onProgress: progress, kvBudgetMB: KV_MB, contextSize: 4096, restoreCache: true });
+  } catch (e) {
+    state(e instanceof WebGPUUnavailableError ? 'no-webgpu' : 'error');
+    $('load-status').textContent = e instanceof WebGPUUnavailableError
+      ? `This browser cannot run the model: no WebGPU (${e.reason}). ${e.message}`
+      : `Could not load the model: ${e.name}: ${e.message}`;
     return;
   }
-  status.textContent = 'Running kernel checks…';
+  const r = engine.cache.restored;
+  let note = '';
+  if (r?.warning) note = ` The saved cache was not used: ${r.warning.replace(/^the saved cache was not used: /, '')}`;
+  else if (r) note = ` Restored ${fmt(r.prefixes)} cached prefix${r.prefixes === 1 ? '' : 'es'} (${fmt(r.tokens)} tokens, ${mb(r.bytes)}) saved before the last reload.`;
+  $('load-status').textContent = `Loaded ${engine.model} on ${engine.adapter}.${note}`;
+  $('load-status').dataset.restored = r ? (r.warning ? 'warning' : 'yes') : 'none';
+  for (const id of ['send', 'prewarm', 'wrong', 'new-chat', 'forget']) $(id).disabled = false;
+  state('ready');
+  await showCache();
+  if (params.has('bench')) await bench();
+}
+
+// ---- chat ------------------------------------------------------------------------------------
+
+function bubble(role, text = '') {
+  const div = document.createElement('div');
+  div.className = `msg ${role}`;
+  div.textContent = text;
+  $('log').append(div);
+  $('log').scrollTop = $('log').scrollHeight;
+  return div;
+}
+
+function meta(div, r) {
+  const u = r.usage;
+  const t = r.hotprefix.timings;
+  const m = document.createElement('span');
+  m.className = 'meta';
+  m.dataset.prompt = u.prompt_tokens;
+  m.dataset.cached = u.prompt_tokens_details.cached_tokens;
+  m.dataset.ttft = t.ttft_ms.toFixed(1);
+  m.innerHTML = `${fmt(u.prompt_tokens)} prompt tokens · <b>${fmt(u.prompt_tokens_details.cached_tokens)} cached</b> · `
+    + `first token ${fmt(t.ttft_ms)} ms · ${fmt(t.decode_tok_s, 1)} tok/s · ${u.completion_tokens} generated`;
+  div.append(m);
+}
+
+// Sends `messages` (streamed into a new bubble); returns the usage chunk, or null when stopped.
+async function complete(messages, { maxTokens = MAX_TOKENS, label } = {}) {
+  const div = bubble('assistant');
+  if (label) div.dataset.label = label;
+  running = new AbortController();
+  $('stop').disabled = false;
+  state('generating');
+  let text = '';
+  let last = null;
   try {
-    const { adapter, results } = await runKernelChecks(3);
-    let passed = 0;
-    for (const r of results) {
-      const row = body.insertRow();
-      cell(row, r.name);
-      cell(row, r.ok ? 'pass' : `FAIL: ${r.error}`, r.ok ? 'pass' : 'fail');
-      cell(row, r.ok ? r.max_err.toExponential(2) : '', 'num');
-      cell(row, r.ms !== undefined ? r.ms.toFixed(3) : '', 'num');
-      cell(row, r.rate !== undefined ? `${r.rate.toFixed(3)} ${r.unit}` : '', 'num');
-      if (r.ok) passed++;
+    const stream = await engine.chat.completions.create({
+      messages, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true }, signal: running.signal,
+    });
+    for await (const chunk of stream) {
+      const piece = chunk.choices[0]?.delta?.content;
+      if (piece) { text += piece; div.textContent = text; $('log').scrollTop = $('log').scrollHeight; }
+      if (chunk.usage) last = chunk;
     }
-    table.hidden = false;
-    status.textContent = `${passed} of ${results.length} checks passed on ${adapter}`;
-    document.body.dataset.state = passed === results.length ? 'passed' : 'failed';
+    meta(div, last);
+    showDiagnosis(last, messages);
+    return { text, result: last };
   } catch (e) {
-    status.textContent = `${e.name}: ${e.message}`;
-    document.body.dataset.state = 'error';
+    if (e.name === 'AbortError') {
+      div.append(Object.assign(document.createElement('span'), { className: 'meta', textContent: 'stopped' }));
+      return null;
+    }
+    div.classList.add('error');
+    div.textContent = `${e.name}: ${e.message}`;
+    throw e;
+  } finally {
+    running = null;
+    $('stop').disabled = true;
+    await showCache();
   }
-  button.disabled = false;
 }
 
-// Chat with the default model, served beside the page (scripts/demo.sh links models/ here).
-const MODEL_URL = './models/SmolLM2-135M-Instruct.Q4_1.gguf';
-const loadButton = document.getElementById('load');
-const sendButton = document.getElementById('send');
-const modelStatus = document.getElementById('model-status');
-const reply = document.getElementById('reply');
-const stats = document.getElementById('stats');
-const chatState = (s) => { document.getElementById('chat').dataset.state = s; };
-let engine = null;
-const history = [{ role: 'system', content: 'You are a helpful AI assistant named SmolLM, trained by Hugging Face' }];
-
-async function fetchWithProgress(url) {
-  const res = await fetch(url);
-  if (!res.ok) throw new Error(`${url}: HTTP ${res.status} (run scripts/demo.sh, which fetches the model)`);
-  const total = Number(res.headers.get('content-length')) || 0;
-  const reader = res.body.getReader();
-  const parts = [];
-  let got = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    parts.push(value);
-    got += value.length;
-    modelStatus.textContent = `Downloading… ${(got / 1e6).toFixed(1)}${total ? ` of ${(total / 1e6).toFixed(1)}` : ''} MB`;
+async function send(ev) {
+  ev?.preventDefault();
+  const q = $('message').value.trim();
+  if (!q || !engine || running) return;
+  $('message').value = '';
+  bubble('user', q);
+  const messages = [systemMessage(), ...history, { role: 'user', content: q }];
+  const done = await complete(messages).catch(() => null);
+  if (done) {
+    history.push({ role: 'user', content: q }, { role: 'assistant', content: done.text });
+    await persist();
   }
-  const bytes = new Uint8Array(got);
-  let at = 0;
-  for (const p of parts) { bytes.set(p, at); at += p.length; }
-  return bytes;
+  state('ready');
 }
 
-async function loadModel() {
-  loadButton.disabled = true;
-  chatState('loading');
+async function persist() {
   try {
-    const bytes = await fetchWithProgress(MODEL_URL);
-    modelStatus.textContent = 'Uploading to the GPU…';
-    // The engine reads the header, then one tensor at a time; context window 2048, KV pool 64 MiB.
-    engine = await Engine.load((offset, length) => bytes.subarray(offset, offset + length), bytes.length, 2048, 64);
-    modelStatus.textContent = `Loaded on ${engine.adapter()}`;
-    sendButton.disabled = false;
-    chatState('ready');
+    await engine.cache.persist();
   } catch (e) {
-    modelStatus.textContent = `${e.name}: ${e.message}`;
-    loadButton.disabled = false;
-    chatState('error');
+    $('saved').textContent = `Saving the cache failed: ${e.message}`;
   }
+  await showCache();
 }
 
-async function send() {
-  const text = document.getElementById('message').value.trim();
-  if (!text || !engine) return;
-  sendButton.disabled = true;
-  chatState('generating');
-  history.push({ role: 'user', content: text });
-  reply.textContent = '';
+// ---- the cache panel -------------------------------------------------------------------------
+
+async function showCache() {
+  if (!engine) return;
+  const s = await engine.cache.stats();
+  $('budget').textContent = `KV budget: ${mb(s.bytes_used)} of ${mb(s.bytes_total)} in use (${fmt(s.pages_used)} of ${fmt(s.pages_total)} pages of ${s.page_size} tokens)`
+    + (s.evicted_pages ? `; ${fmt(s.evicted_pages)} pages evicted so far (least recently used first)` : '');
+  const body = $('prefixes').tBodies[0];
+  body.replaceChildren();
+  for (const [i, p] of s.prefixes.entries()) {
+    const row = body.insertRow();
+    row.insertCell().textContent = i === 0 ? 'most recent' : `#${i + 1}${p.salt ? ` (salt ${p.salt})` : ''}`;
+    for (const v of [p.tokens, p.pages, p.last_use]) Object.assign(row.insertCell(), { className: 'num', textContent: fmt(v) });
+  }
+  if (!s.prefixes.length) body.insertRow().insertCell().textContent = 'Nothing resident yet.';
+  $('saved').textContent = s.saved_bytes
+    ? `Saved in this browser (OPFS): ${mb(s.saved_bytes)}; a reload restores it.`
+    : 'Nothing saved in this browser yet.';
+}
+
+const TITLES = {
+  dynamic_before_static: 'Dynamic content before static content.',
+  history_rewritten: 'Earlier turns were rewritten.',
+  json_serialization_changed: 'The same JSON was serialised differently (use canonicalJSON()).',
+};
+
+function showDiagnosis(chunk, messages) {
+  const c = chunk.hotprefix.cache;
+  const d = c.diverged_at;
+  if (!d && !c.warnings.length) return;
+  const el = $('diagnosis');
+  el.replaceChildren();
+  if (d) {
+    const p = document.createElement('p');
+    const where = d.message == null ? 'in the chat template\'s framing' : `in message ${d.message} (${d.role}), ${fmt(d.char)} characters into it`;
+    p.innerHTML = `<span class="where">The prompt stopped matching the cache at token ${fmt(d.token)}, ${where}.</span> `
+      + `The cache had <code></code>; this request has <code></code>. `
+      + `Tokens 0–${fmt(d.token - 1)} were reused; the ${fmt(chunk.usage.prompt_tokens - d.token)} after were computed again.`;
+    const [was, now] = p.querySelectorAll('code');
+    was.textContent = d.resident;
+    now.textContent = d.new;
+    el.append(p);
+    el.dataset.role = d.role ?? '';
+    el.dataset.message = d.message ?? '';
+  }
+  if (c.warnings.length) {
+    const ul = document.createElement('ul');
+    for (const w of c.warnings) {
+      const li = document.createElement('li');
+      li.dataset.code = w.code;
+      li.append(Object.assign(document.createElement('b'), { textContent: `${TITLES[w.code] ?? w.code} ` }), w.detail);
+      ul.append(li);
+    }
+    el.append(ul);
+  }
+  lastDiagnosis = { diverged_at: d, warnings: c.warnings, messages: messages.length };
+}
+
+// ---- actions ---------------------------------------------------------------------------------
+
+async function prewarm() {
+  $('prewarm').disabled = true;
+  state('generating');
   try {
-    const maxTokens = Number(new URLSearchParams(location.search).get('max_tokens') ?? 128);
-    const request = { messages: history, max_tokens: maxTokens, temperature: 0 };
-    const r = await engine.chat(JSON.stringify(request), (piece) => { reply.textContent += piece; });
-    history.push({ role: 'assistant', content: r.text });
-    const u = r.usage;
-    stats.textContent = `${u.prompt_tokens} prompt tokens (${u.prompt_tokens_details.cached_tokens} cached), ` +
-      `${u.completion_tokens} generated · first token ${r.timings.ttft_ms.toFixed(0)} ms · ` +
-      `${r.timings.decode_tok_s.toFixed(1)} tok/s · ${r.finish_reason}`;
-    const d = r.cache.diverged_at;
-    if (d) stats.textContent += ` · prompt diverged from the cache at token ${d.token} (message ${d.message}, ${d.role}, character ${d.char})`;
-    for (const w of r.cache.warnings) stats.textContent += ` · ${w.code}: ${w.detail}`;
-    chatState('answered');
+    const r = await engine.cache.prewarm([systemMessage()]);
+    $('doc-stats').textContent = `Prewarmed: ${fmt(r.prompt_tokens)} tokens (${fmt(r.cached_tokens)} were already cached).`;
+    await persist();
   } catch (e) {
-    history.pop();
-    reply.textContent = `${e.name}: ${e.message}`;
-    chatState('error');
+    $('doc-stats').textContent = `${e.name}: ${e.message}`;
+  } finally {
+    $('prewarm').disabled = false;
+    state('ready');
+    await showCache();
   }
-  sendButton.disabled = false;
 }
 
-await init();
-button.addEventListener('click', run);
-loadButton.addEventListener('click', loadModel);
-sendButton.addEventListener('click', send);
+// The classic mistake: the user's name and the time first, the document after. Two users, one
+// minute apart: the second request misses from the name on, and the panel says so.
+async function wrongLayout() {
+  const q = 'Summarise the document in one sentence.';
+  for (const [name, time] of [['Ada', '09:14'], ['Grace', '09:15']]) {
+    const system = { role: 'system', content: `You are talking to ${name}. The time is ${time}.\n${systemMessage().content}` };
+    bubble('user', `[wrong layout, as ${name} at ${time}] ${q}`);
+    const done = await complete([system, { role: 'user', content: q }], { maxTokens: Math.min(MAX_TOKENS, 24), label: 'wrong-layout' }).catch(() => null);
+    if (!done) break;
+  }
+  state('ready');
+}
+
+function newChat() {
+  history = [];
+  $('log').replaceChildren();
+}
+
+function dropFile(ev) {
+  ev.preventDefault();
+  $('doc').classList.remove('drop');
+  const f = ev.dataTransfer?.files?.[0];
+  if (!f) return;
+  if (!/\.(txt|md|markdown)$/i.test(f.name) && !f.type.startsWith('text/')) {
+    $('doc-stats').textContent = `${f.name}: only .txt and .md files`;
+    return;
+  }
+  f.text().then((t) => { $('doc').value = t; contextChanged(); });
+}
+
+function contextChanged() {
+  newChat(); // a new document starts a new conversation; its prefix is computed once
+  $('doc-stats').textContent = `${fmt($('doc').value.length)} characters`;
+}
+
+// ---- benchmark (?bench) ----------------------------------------------------------------------
+
+async function bench() {
+  $('bench').hidden = false;
+  const rows = $('bench-table').tBodies[0];
+  const add = (k, v) => { const r = rows.insertRow(); r.insertCell().textContent = k; Object.assign(r.insertCell(), { className: 'num', textContent: v }); };
+  const ask = (messages, max_tokens) => engine.chat.completions.create({ messages, max_tokens });
+  const figures = { adapter: engine.adapter, model: engine.model };
+  try {
+    await engine.cache.clear();
+    const [cold, warm, decode] = benchRequests(engine.contextSize);
+    // Prefill: the document cold, one token out; then another question on the same document.
+    const p = await ask(cold.messages, cold.max_tokens);
+    figures.prefill_tokens = p.usage.prompt_tokens;
+    figures.prefill_tok_s = p.usage.prompt_tokens / (p.hotprefix.timings.prefill_ms / 1000);
+    figures.ttft_cold_ms = p.hotprefix.timings.ttft_ms;
+    const w = await ask(warm.messages, warm.max_tokens);
+    figures.ttft_warm_ms = w.hotprefix.timings.ttft_ms;
+    figures.warm_cached_tokens = w.usage.prompt_tokens_details.cached_tokens;
+    // Decode after a short prompt.
+    const d = await ask(decode.messages, decode.max_tokens);
+    figures.decode_tok_s = d.hotprefix.timings.decode_tok_s;
+    figures.decode_tokens = d.usage.completion_tokens;
+    add('prefill', `${fmt(figures.prefill_tok_s, 1)} tok/s (${fmt(figures.prefill_tokens)} tokens)`);
+    add('decode', `${fmt(figures.decode_tok_s, 1)} tok/s (${figures.decode_tokens} tokens)`);
+    add('time to first token, cold', `${fmt(figures.ttft_cold_ms)} ms`);
+    add('time to first token, warm (document cached)', `${fmt(figures.ttft_warm_ms)} ms (${fmt(figures.warm_cached_tokens)} tokens cached)`);
+    add('warm ÷ cold', fmt(figures.ttft_warm_ms / figures.ttft_cold_ms, 3));
+    add('adapter', engine.adapter);
+  } catch (e) {
+    figures.error = `${e.name}: ${e.message}`;
+    add('error', figures.error);
+  }
+  window.benchResults = figures;
+  document.body.dataset.bench = figures.error ? 'error' : 'done';
+  await showCache();
+}
+
+// ---- start -----------------------------------------------------------------------------------
+
+$('ask').addEventListener('submit', send);
+$('message').addEventListener('keydown', (e) => { if (e.key === 'Enter' && !e.shiftKey) send(e); });
+$('stop').addEventListener('click', () => running?.abort());
+$('prewarm').addEventListener('click', prewarm);
+$('wrong').addEventListener('click', wrongLayout);
+$('new-chat').addEventListener('click', newChat);
+$('forget').addEventListener('click', async () => { await engine.cache.forget(); await showCache(); });
+$('system').addEventListener('change', contextChanged);
+$('doc').addEventListener('change', contextChanged);
+$('doc').addEventListener('dragover', (e) => { e.preventDefault(); $('doc').classList.add('drop'); });
+$('doc').addEventListener('dragleave', () => $('doc').classList.remove('drop'));
+$('doc').addEventListener('drop', dropFile);
+
+$('system').value = 'You are a helpful assistant. Answer questions using only the document below. Be brief.';
+$('doc').value = await fetch('./sample.md').then((r) => (r.ok ? r.text() : '')).catch(() => '');
+contextChanged();
+window.canonicalJSON = canonicalJSON; // for the console: the cache-stable way to serialise tool schemas
+window.demo = { get engine() { return engine; }, get lastDiagnosis() { return lastDiagnosis; } }; // for the console and tests
+if ('serviceWorker' in navigator) navigator.serviceWorker.register('./sw.js').catch(() => {});
+await load();
