@@ -2,7 +2,8 @@
 // Chromium's software WebGPU, with the real default model and a short document (~100 tokens:
 // SwiftShader prefills the default model at a few tens of tokens a second): load it, paste the
 // document, ask two questions, try the wrong layout, reload (the saved cache is restored), corrupt the saved
-// file and reload (a warning, and a correct cold answer); and the page without WebGPU.
+// file and reload (a warning, and a correct cold answer), go offline and reload (it still works);
+// the benchmark mode; and the page without WebGPU.
 // Screenshots go to target/page-test/.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -117,6 +118,21 @@ test('after a reload the document is still warm; a corrupt saved cache is refuse
   const cold = await ask(q);
   assert.equal(Number(cold.cached), 0, 'nothing of the corrupt file was used');
   assert.equal(cold.text, warm.text, 'and the cold answer equals the warm one');
+
+  // Offline: the page comes from its service worker, the model from Cache Storage.
+  await page.context().setOffline(true);
+  try {
+    await page.reload();
+    await ready();
+    assert.equal(await page.evaluate(() => document.body.dataset.state), 'ready', await page.textContent('#load-status'));
+    await page.fill('#doc', DOC);
+    await page.dispatchEvent('#doc', 'change');
+    const offline = await ask(q);
+    assert.equal(offline.text, warm.text, 'offline, the same answer');
+    assert.ok(Number(offline.cached) > 0, 'and the saved cache restored');
+  } finally {
+    await page.context().setOffline(false);
+  }
   assert.deepEqual(errors, []);
 });
 
