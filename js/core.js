@@ -53,6 +53,7 @@ async function readBody(res, url, onProgress) {
       onProgress({ phase: 'download', loaded, total });
     }
   } catch (e) {
+    reader.cancel().catch(() => {}); // stop the download
     if (e instanceof HotprefixError) throw e;
     throw new ModelLoadError(`${url}: download failed after ${loaded}${total ? ` of ${total}` : ''} bytes: ${e?.message ?? e}`, { cause: e });
   }
@@ -69,15 +70,15 @@ async function readBody(res, url, onProgress) {
 
 /**
  * The model file's bytes and whether they came from Cache Storage. A URL is read from the cache
- * when it is there (no network request), else fetched with progress and checked; the caller
- * stores it (`remember`) once the engine has accepted it.
+ * when it is there (no network request), else fetched with progress and checked against its
+ * Content-Length.
  */
-async function modelBytes(model, sha256, onProgress) {
+async function modelBytes(model, onProgress, { skipCache = false } = {}) {
   if (model instanceof ArrayBuffer) return { bytes: new Uint8Array(model), url: null, cached: false };
   if (ArrayBuffer.isView(model)) return { bytes: new Uint8Array(model.buffer, model.byteOffset, model.byteLength), url: null, cached: false };
   if (typeof model !== 'string') throw new InvalidRequestError('model must be a URL string, an ArrayBuffer or a Uint8Array');
   const url = model;
-  const cache = await openCache();
+  const cache = skipCache ? null : await openCache();
   const hit = cache ? await cache.match(url) : undefined;
   if (hit) {
     const bytes = new Uint8Array(await hit.arrayBuffer());
@@ -128,6 +129,7 @@ export class Core {
   #queue = [];
   #pumping = null; // the loop serving the queue, while it runs
   #closed = null;
+  #unloading = null;
 
   constructor(engine, exports, modelKey) {
     this.#engine = engine;
@@ -162,22 +164,31 @@ export class Core {
       throw new WebGPUUnavailableError('WebGPU is present but offers no adapter (disabled, blocklisted GPU, or no GPU)', { reason: 'no-adapter' });
     }
     const exports = await loadWasm(opts.wasmUrl);
-    const src = await modelBytes(opts.model, opts.sha256, onProgress);
+    let src = await modelBytes(opts.model, onProgress);
     const what = src.url ?? 'the model buffer';
-    let { bytes } = src;
     let sha;
     try {
-      sha = await digest(bytes, opts.sha256, src.sha256, what);
+      sha = await digest(src.bytes, opts.sha256, src.sha256, what);
     } catch (e) {
-      if (src.cached) await (await openCache())?.delete(src.url); // never trust it again
-      throw e;
+      if (!src.cached) throw e;
+      // A cached copy that fails the check (the file at this URL was updated): drop it, fetch again.
+      await (await openCache())?.delete(src.url);
+      src = await modelBytes(opts.model, onProgress, { skipCache: true });
+      sha = await digest(src.bytes, opts.sha256, null, what);
     }
+    let { bytes } = src;
     let cache = null;
-    if (src.url && !src.cached) {
-      cache = await openCache();
-      const headers = { 'content-type': 'application/octet-stream', 'content-length': String(bytes.length) };
-      if (sha) headers['x-hotprefix-sha256'] = sha;
-      await cache?.put(src.url, new Response(bytes, { headers }));
+    if (src.url && !src.cached && /^https?:/.test(src.url)) {
+      // Best effort: a full quota must not fail a load whose download succeeded.
+      try {
+        cache = await openCache();
+        const headers = { 'content-type': 'application/octet-stream', 'content-length': String(bytes.length) };
+        if (sha) headers['x-hotprefix-sha256'] = sha;
+        await cache?.put(src.url, new Response(bytes, { headers }));
+      } catch (e) {
+        console.warn(`hotprefix: the model was not stored in Cache Storage: ${e?.message ?? e}`);
+        cache = null;
+      }
     }
     onProgress({ phase: 'upload', loaded: 0, total: bytes.length });
     let engine;
@@ -297,16 +308,28 @@ export class Core {
         throw fromEngine(e, 'request');
       }
       const handle = await this.#savedHandle(true);
-      if (handle.createWritable) {
-        const w = await handle.createWritable();
-        await w.write(file);
-        await w.close();
-      } else { // Safari before 26: only sync access handles, in workers
-        const h = await handle.createSyncAccessHandle();
-        h.truncate(0);
-        h.write(file, { at: 0 });
-        h.flush();
-        h.close();
+      try {
+        if (handle.createWritable) {
+          const w = await handle.createWritable();
+          try {
+            await w.write(file);
+            await w.close();
+          } catch (e) {
+            await w.abort().catch(() => {}); // the previous file stays as it was
+            throw e;
+          }
+        } else { // Safari before 26: only sync access handles, in workers
+          const h = await handle.createSyncAccessHandle();
+          try {
+            h.truncate(0);
+            h.write(file, { at: 0 });
+            h.flush();
+          } finally {
+            h.close();
+          }
+        }
+      } catch (e) {
+        throw new HotprefixError(`cannot write the saved cache: ${e?.message ?? e}`, { cause: e });
       }
       const stats = this.#engine.cacheStats();
       return { bytes: file.length, prefixes: stats.prefixes.length, tokens: stats.prefixes.reduce((a, p) => a + p.tokens, 0) };
@@ -319,18 +342,29 @@ export class Core {
    */
   restore() {
     return this.#enqueue(async () => {
-      const file = await this.#savedFile();
-      if (!file) return null;
+      let file = null;
       try {
+        file = await this.#savedFile();
+        if (!file) return null;
         const r = await this.#engine.restoreCache(new Uint8Array(await file.arrayBuffer()), this.modelKey);
         return { ...r, bytes: file.size };
       } catch (e) {
         const warning = `the saved cache was not used: ${e?.message ?? e}`;
         console.warn(`hotprefix: ${warning}`);
-        if (e?.name === 'CacheFileError') await this.#forget(); // refused for good: never read again
-        return { warning, bytes: file.size };
+        if (e?.name === 'CacheFileError') await this.#removeSaved(); // refused for good: never read again
+        return { warning, bytes: file?.size ?? 0 };
       }
     });
+  }
+
+  // Deletes this model's saved file only.
+  async #removeSaved() {
+    try {
+      const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle(SAVED_DIR);
+      await dir.removeEntry(`${this.modelKey}.kv`);
+    } catch {
+      // already gone
+    }
   }
 
   async #forget() {
@@ -342,7 +376,7 @@ export class Core {
     }
   }
 
-  /** Deletes every saved cache file. */
+  /** Deletes every saved cache file (every model's). */
   forget() {
     return this.#enqueue(() => this.#forget());
   }
@@ -357,13 +391,15 @@ export class Core {
   }
 
   /** Waits for the queue, frees every GPU buffer and the engine; later calls reject. */
-  async unload() {
-    if (this.#closed) return;
-    this.#closed = new HotprefixError('the engine was unloaded');
-    for (const job of this.#queue.splice(0)) job.reject(this.#closed);
-    await this.#pumping;
-    this.#engine.destroyDevice();
-    this.#engine.free();
-    this.#engine = null;
+  unload() {
+    this.#unloading ??= (async () => {
+      this.#closed = new HotprefixError('the engine was unloaded');
+      for (const job of this.#queue.splice(0)) job.reject(this.#closed);
+      await this.#pumping;
+      this.#engine.destroyDevice();
+      this.#engine.free();
+      this.#engine = null;
+    })();
+    return this.#unloading;
   }
 }

@@ -65,6 +65,7 @@ class WorkerBackend {
   close() {
     this.worker.terminate();
     this.dead = new HotprefixError('the engine was unloaded');
+    for (const p of [...this.pending.values()]) p.settle(() => p.reject(this.dead));
   }
 }
 
@@ -234,13 +235,14 @@ class ChunkStream {
 
   constructor(start, signal) {
     this.controller = new AbortController();
+    const onAbort = () => this.controller.abort();
     if (signal?.aborted) this.controller.abort();
-    else signal?.addEventListener('abort', () => this.controller.abort(), { once: true });
+    else signal?.addEventListener('abort', onAbort, { once: true });
     const wake = () => { this.#wake?.(); this.#wake = null; };
     const push = (c) => { this.#chunks.push(c); wake(); };
     start(push, this.controller)
       .catch((e) => { this.#error = e; })
-      .finally(() => { this.#done = true; wake(); });
+      .finally(() => { this.#done = true; signal?.removeEventListener('abort', onAbort); wake(); });
   }
 
   async *[Symbol.asyncIterator]() {

@@ -402,7 +402,13 @@ impl Engine {
         }
         let rest = &prompt[cached..];
         let chunks: Vec<&[u32]> = rest.chunks(self.model.opts.chunk).collect();
+        let mut aborted = false;
         for (i, chunk) in chunks.iter().enumerate() {
+            // An abort stops a long prefill between chunks too; what was computed stays valid.
+            if params.abort.as_ref().is_some_and(|a| a.is_aborted()) {
+                aborted = true;
+                break;
+            }
             let logits = if decode && i + 1 == chunks.len() { Logits::Last } else { Logits::None };
             self.ensure_free(seq.pages_needed(chunk.len()))?;
             self.model.forward(&self.gpu, &self.kv, &mut seq, chunk, logits).await?;
@@ -412,10 +418,10 @@ impl Engine {
         // Grown in place, not rebuilt.
         let mut recent = prompt.to_vec();
         let mut text = String::new();
-        let mut finish = Finish::Length;
+        let mut finish = if aborted { Finish::Abort } else { Finish::Length };
         let mut steps = 0usize;
         let (t_first, t_end);
-        if decode {
+        if decode && !aborted {
             let mut next = self.pick(&mut sampler, prompt).await?;
             t_first = now_ms();
             let mut emitted = 0;
@@ -640,27 +646,32 @@ impl Engine {
             }
             keep.push(p);
         }
-        let r = self.kv.write_pages(&self.gpu, data, header.pages as usize, &to);
-        let r = match r {
-            Ok(()) => self.gpu.finish().await,
-            Err(e) => Err(e),
-        };
+        let mut r = self.kv.write_pages(&self.gpu, data, header.pages as usize, &to);
+        if r.is_ok() {
+            r = self.gpu.finish().await;
+        }
         let pool = &mut self.kv.pool.borrow_mut();
         if r.is_ok() {
             // Least recent first, so that the index's use order ends as the file's.
             for p in keep.iter().rev() {
                 let pages: Vec<u32> = p.pages.iter().filter_map(|&i| to[i as usize]).collect();
-                self.index.insert(pool, &p.salt, &p.tokens, &pages)?;
+                if let Err(e) = self.index.insert(pool, &p.salt, &p.tokens, &pages) {
+                    r = Err(e);
+                    break;
+                }
                 out.prefixes += 1;
                 out.tokens += p.tokens.len();
             }
             out.pages = held.len();
         }
+        // The index holds its own references; ours go back on every path.
         for page in held {
-            pool.release(page)?;
+            let released = pool.release(page);
+            if r.is_ok() {
+                r = released;
+            }
         }
-        pool.check()?;
-        r.map(|()| out)
+        r.and_then(|()| pool.check()).map(|()| out)
     }
 
     /// Forgets every resident prefix (and the lint's request history). After an accounting

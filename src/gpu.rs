@@ -259,6 +259,9 @@ impl Gpu {
             return Err(Error::InvalidArgument(format!("readback ranges must be 4-byte aligned: {ranges:?}")));
         }
         let bytes: u64 = ranges.iter().map(|&(_, n)| n).sum();
+        if bytes == 0 {
+            return Ok(Vec::new());
+        }
         let size = bytes.next_multiple_of(4);
         let staging = {
             let mut slot = self.staging.borrow_mut();

@@ -207,8 +207,11 @@ impl KvCache {
     /// `from[i]` of the data into page `to[i]` of the pool (`None`: skipped).
     pub fn write_pages(&self, gpu: &Gpu, data: &[u8], from: usize, to: &[Option<u32>]) -> Result<()> {
         let lpb = self.layer_page_bytes() as usize;
+        if from == 0 && data.is_empty() && to.is_empty() {
+            return Ok(()); // a saved cache with nothing in it
+        }
         let per_layer = 2 * from * lpb;
-        if data.len() != per_layer * self.layers.len() || to.len() != from {
+        if per_layer == 0 || data.len() != per_layer * self.layers.len() || to.len() != from {
             return Err(Error::InvalidArgument(format!("{} bytes of KV data for {from} pages of {lpb} bytes × {} layers", data.len(), self.layers.len())));
         }
         let total = self.pool.borrow().total();

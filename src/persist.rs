@@ -92,9 +92,9 @@ pub fn decode<'a>(file: &'a [u8], expect: &Shape, layer_page_bytes: u64, vocab: 
         return Err(bad(format!("{} bytes of page data, {} pages need {want}", data.len(), header.pages)));
     }
     let ps = expect.page_size;
-    // A page holds the K/V of one chunk of tokens at one position, whichever prefixes share it:
-    // anything else would hand one prefix another's K/V.
-    let mut meaning: std::collections::HashMap<u32, (usize, &[u32])> = std::collections::HashMap::new();
+    // A page's K/V depend on every token before it, so prefixes may share a page only when they
+    // agree (salt and tokens) up to its end: anything else would hand one prefix another's K/V.
+    let mut meaning: std::collections::HashMap<u32, (&str, &[u32])> = std::collections::HashMap::new();
     for (i, p) in header.prefixes.iter().enumerate() {
         let n = p.tokens.len();
         if n == 0 || p.pages.len() != n.div_ceil(ps) {
@@ -106,9 +106,10 @@ pub fn decode<'a>(file: &'a [u8], expect: &Shape, layer_page_bytes: u64, vocab: 
         if let Some(&t) = p.tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(bad(format!("prefix {i}: token {t} past the vocabulary of {vocab}")));
         }
-        for (depth, (&page, chunk)) in p.pages.iter().zip(p.tokens.chunks(ps)).enumerate() {
-            let m = *meaning.entry(page).or_insert((depth, chunk));
-            if m != (depth, chunk) {
+        for (depth, &page) in p.pages.iter().enumerate() {
+            let through = &p.tokens[..((depth + 1) * ps).min(n)];
+            let m = *meaning.entry(page).or_insert((p.salt.as_str(), through));
+            if m != (p.salt.as_str(), through) {
                 return Err(bad(format!("prefix {i}: page {page} holds different tokens in two prefixes")));
             }
         }
@@ -176,5 +177,9 @@ mod tests {
             let f = encode(&header(bad.clone()), &data).unwrap();
             assert!(decode(&f, &shape(), 8, 10).is_err(), "{bad:?} accepted");
         }
+        // The same tokens in the shared page, after different ones: its K/V differ.
+        let three = Header { pages: 3, ..header(vec![prefix(vec![1, 2, 3], vec![0, 1]), prefix(vec![5, 2, 3], vec![2, 1])]) };
+        let f = encode(&three, &[0u8; 96]).unwrap();
+        assert!(decode(&f, &shape(), 8, 10).is_err(), "a page shared after different earlier tokens was accepted");
     }
 }

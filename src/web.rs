@@ -69,12 +69,14 @@ impl JsFile {
         Ok(a.to_vec())
     }
 
-    /// The parsed header, read in growing prefixes (4 MiB, then ×4) until it parses.
+    /// The parsed header, read in growing prefixes (4 MiB, then ×4) until it parses. A file that
+    /// does not start as a GGUF is refused from its first bytes, not read whole.
     fn header(&self) -> crate::Result<Gguf> {
         let mut n = self.len.min(4 << 20);
         loop {
-            match Gguf::parse_header(&self.read(0, n)?, self.len) {
-                Err(_) if n < self.len => n = self.len.min(n * 4),
+            let prefix = self.read(0, n)?;
+            match Gguf::parse_header(&prefix, self.len) {
+                Err(_) if n < self.len && prefix.starts_with(b"GGUF") => n = self.len.min(n * 4),
                 r => return r,
             }
         }

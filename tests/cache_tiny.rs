@@ -132,6 +132,12 @@ async fn failures_leave_the_cache_consistent_body() {
     let a = e.generate(&prompt, &params, |_| stop.abort()).await.unwrap();
     assert_eq!(a.finish, Finish::Abort);
     e.audit_cache().unwrap();
+    // Aborted before its prefill: nothing computed, reported as an abort (a prewarm too).
+    let early = AbortSignal::new();
+    early.abort();
+    let pre = e.generate(&prompt[..90], &GenerateParams { abort: Some(early.clone()), ..greedy(0) }, |_| {}).await.unwrap();
+    assert_eq!((pre.finish, pre.tokens.len()), (Finish::Abort, 0));
+    e.audit_cache().unwrap();
     let next = e.generate(&prompt, &greedy(6), |_| {}).await.unwrap();
     assert!(next.cached_tokens > 60);
     assert_eq!(next.tokens, want, "after a refusal and an abort the answer equals a cold one");
@@ -147,6 +153,10 @@ gpu_test!(a_saved_cache_restores_exactly_and_a_bad_one_changes_nothing, saved_ca
 async fn saved_cache() {
     let opts = EngineOptions { context: Some(512), kv_budget_mb: Some(1.0), page_size: 8, ..EngineOptions::default() };
     let mut a = tiny(opts.clone()).await;
+    // Nothing resident: an empty file that restores to nothing.
+    let empty = a.save_cache("model-a").await.unwrap();
+    let r = a.restore_cache(&empty, "model-a").await.unwrap();
+    assert_eq!((r.prefixes, r.pages, a.cache_stats().pages_used), (0, 0, 0), "{r:?}");
     let docs = [doc(7, 50), doc(8, 50)];
     let system = Message::new("system", "Answer from the document.");
     let ask = |d: &str, q: &str| ChatRequest::new(vec![system.clone(), Message::new("user", d.to_string()), Message::new("user", q.to_string())], 4);
