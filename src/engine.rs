@@ -402,10 +402,11 @@ impl Engine {
         }
         let rest = &prompt[cached..];
         let chunks: Vec<&[u32]> = rest.chunks(self.model.opts.chunk).collect();
-        let mut aborted = false;
+        let is_aborted = || params.abort.as_ref().is_some_and(|a| a.is_aborted());
+        let mut aborted = is_aborted();
         for (i, chunk) in chunks.iter().enumerate() {
             // An abort stops a long prefill between chunks too; what was computed stays valid.
-            if params.abort.as_ref().is_some_and(|a| a.is_aborted()) {
+            if aborted || is_aborted() {
                 aborted = true;
                 break;
             }
