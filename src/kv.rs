@@ -150,6 +150,8 @@ pub struct KvCache {
     pub pool: Rc<RefCell<PagePool>>,
     /// `[max_seq_pages]` u32: the page table of the sequence that runs.
     table: wgpu::Buffer,
+    /// Bytes of one layer's K (or V) for one page.
+    layer_page_bytes: u64,
     max_seq_pages: usize,
     /// (sequence id, version) whose table `table` holds.
     uploaded: Cell<(u64, u64)>,
@@ -178,7 +180,8 @@ impl KvCache {
         let max_seq_pages = max_seq_tokens.div_ceil(page_size);
         let table = gpu.storage("page table", 4 * max_seq_pages as u64).await?;
         let pool = Rc::new(RefCell::new(PagePool::new(pages)));
-        Ok(KvCache { layers, page_size, pool, table, max_seq_pages, uploaded: Cell::new((0, 0)) })
+        let layer_page_bytes = layer_page_bytes(cfg, page_size);
+        Ok(KvCache { layers, page_size, pool, table, layer_page_bytes, max_seq_pages, uploaded: Cell::new((0, 0)) })
     }
 
     pub fn free_pages(&self) -> usize {
@@ -187,7 +190,7 @@ impl KvCache {
 
     /// Bytes of one layer's K (or V) for one page.
     pub fn layer_page_bytes(&self) -> u64 {
-        self.layers.first().map_or(0, |l| (l.n_kv * l.page_size * l.head_dim * 2) as u64)
+        self.layer_page_bytes
     }
 
     /// The K/V of `pages`, every layer: for each layer, the K of each page in order, then the V
@@ -207,12 +210,12 @@ impl KvCache {
     /// `from[i]` of the data into page `to[i]` of the pool (`None`: skipped).
     pub fn write_pages(&self, gpu: &Gpu, data: &[u8], from: usize, to: &[Option<u32>]) -> Result<()> {
         let lpb = self.layer_page_bytes() as usize;
-        if from == 0 && data.is_empty() && to.is_empty() {
-            return Ok(()); // a saved cache with nothing in it
-        }
         let per_layer = 2 * from * lpb;
-        if per_layer == 0 || data.len() != per_layer * self.layers.len() || to.len() != from {
+        if data.len() != per_layer * self.layers.len() || to.len() != from {
             return Err(Error::InvalidArgument(format!("{} bytes of KV data for {from} pages of {lpb} bytes × {} layers", data.len(), self.layers.len())));
+        }
+        if from == 0 {
+            return Ok(()); // a saved cache with nothing in it
         }
         let total = self.pool.borrow().total();
         for (l, layer) in self.layers.iter().zip(data.chunks_exact(per_layer)) {

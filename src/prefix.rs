@@ -314,56 +314,59 @@ impl PrefixIndex {
         }
     }
 
+    /// The tree's leaves (one per resident prefix), most recently used first, each with its salt
+    /// and its nodes from the root's first child down to the leaf.
+    fn leaf_chains(&self) -> Vec<(&Node, &str, Vec<&Node>)> {
+        let mut out: Vec<(&Node, &str, Vec<&Node>)> = self
+            .nodes
+            .iter()
+            .flatten()
+            .filter(|n| n.parent.is_some() && n.children.is_empty())
+            .map(|leaf| {
+                let (mut chain, mut salt, mut at) = (Vec::new(), "", Some(leaf));
+                while let Some(n) = at {
+                    match n.parent {
+                        Some(p) => {
+                            chain.push(n);
+                            at = Some(self.node(p));
+                        }
+                        None => {
+                            salt = n.salt.as_str();
+                            at = None;
+                        }
+                    }
+                }
+                chain.reverse();
+                (leaf, salt, chain)
+            })
+            .collect();
+        out.sort_by_key(|(leaf, _, _)| Reverse(leaf.last_use));
+        out
+    }
+
     /// Every resident prefix in full (salt, tokens and pages from the root to a leaf), most
     /// recently used first: what a saved cache holds.
     pub fn paths(&self) -> Vec<(String, Vec<u32>, Vec<u32>)> {
-        let mut leaves: Vec<(u64, NodeId)> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(id, n)| n.as_ref().filter(|n| n.parent.is_some() && n.children.is_empty()).map(|n| (n.last_use, id)))
-            .collect();
-        leaves.sort_by_key(|&(t, _)| Reverse(t));
-        leaves
+        self.leaf_chains()
             .into_iter()
-            .map(|(_, leaf)| {
-                let mut chain = Vec::new();
-                let mut at = Some(leaf);
-                let mut salt = String::new();
-                while let Some(n) = at.map(|a| self.node(a)) {
-                    match n.parent {
-                        Some(_) => chain.push((n.tokens.as_slice(), n.page)),
-                        None => salt = n.salt.clone(),
-                    }
-                    at = n.parent;
-                }
-                chain.reverse();
-                let tokens = chain.iter().flat_map(|(t, _)| t.iter().copied()).collect();
-                let pages = chain.iter().map(|&(_, p)| p).collect();
-                (salt, tokens, pages)
+            .map(|(_, salt, chain)| {
+                let tokens = chain.iter().flat_map(|n| n.tokens.iter().copied()).collect();
+                (salt.to_string(), tokens, chain.iter().map(|n| n.page).collect())
             })
             .collect()
     }
 
     /// The resident prefixes (the tree's leaves), most recently used first.
     pub fn residents(&self) -> Vec<Resident> {
-        let mut out = Vec::new();
-        for n in self.nodes.iter().flatten().filter(|n| n.parent.is_some() && n.children.is_empty()) {
-            let (mut tokens, mut pages, mut at) = (n.tokens.len(), 1, n.parent);
-            let mut salt = "";
-            while let Some(p) = at.map(|p| self.node(p)) {
-                if p.parent.is_some() {
-                    tokens += p.tokens.len();
-                    pages += 1;
-                } else {
-                    salt = &p.salt;
-                }
-                at = p.parent;
-            }
-            out.push(Resident { salt: salt.to_string(), tokens, pages, last_use: n.last_use });
-        }
-        out.sort_by_key(|r| Reverse(r.last_use));
-        out
+        self.leaf_chains()
+            .into_iter()
+            .map(|(leaf, salt, chain)| Resident {
+                salt: salt.to_string(),
+                tokens: chain.iter().map(|n| n.tokens.len()).sum(),
+                pages: chain.len(),
+                last_use: leaf.last_use,
+            })
+            .collect()
     }
 }
 
