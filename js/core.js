@@ -7,10 +7,7 @@ import {
   HotprefixError, WebGPUUnavailableError, ModelLoadError, AbortError, InvalidRequestError, fromEngine,
 } from './errors.js';
 
-/** Cache Storage bucket holding downloaded model files, keyed by URL. */
-export const MODEL_CACHE = 'hotprefix-models';
-/** OPFS directory holding saved caches, one file per model: `<sha256>.kv`. */
-export const SAVED_DIR = 'hotprefix-kv';
+import { MODEL_CACHE, SAVED_DIR } from './names.js';
 
 let wasm = null; // the wasm module's exports, once instantiated
 function loadWasm(wasmUrl) {
@@ -401,5 +398,38 @@ export class Core {
       this.#engine = null;
     })();
     return this.#unloading;
+  }
+}
+
+/**
+ * The engine's operations by name, for both hosts: the worker (worker.js) and the page itself
+ * (`worker: false`). `onEvent({type: 'progress', progress} | {type: 'text', text})`.
+ */
+export class Host {
+  core = null;
+
+  async call(op, args, { onEvent, signal } = {}) {
+    if (op === 'load') {
+      if (this.core) throw new HotprefixError('a model is already loaded here');
+      this.core = await Core.load(args, (progress) => onEvent?.({ type: 'progress', progress }));
+      return this.core.info();
+    }
+    if (op === 'unload') {
+      const core = this.core;
+      this.core = null;
+      return core?.unload();
+    }
+    const core = this.core;
+    if (!core) throw new HotprefixError('no model is loaded');
+    switch (op) {
+      case 'chat': return core.chat(args.request, (text) => onEvent?.({ type: 'text', text }), signal);
+      case 'stats': return core.stats();
+      case 'clear': return core.clear();
+      case 'persist': return core.persist();
+      case 'restore': return core.restore();
+      case 'forget': return core.forget();
+      case 'loseDevice': return core.loseDevice();
+      default: throw new HotprefixError(`unknown operation ${op}`);
+    }
   }
 }

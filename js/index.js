@@ -12,10 +12,7 @@ export {
   ContextOverflowError, KvBudgetError, AbortError, InvalidRequestError,
 };
 
-/** Cache Storage bucket where downloaded model files are kept, keyed by URL. */
-export const MODEL_CACHE = 'hotprefix-models';
-/** OPFS directory where saved caches are kept (`engine.cache.persist()`). */
-export const SAVED_DIR = 'hotprefix-kv';
+export { MODEL_CACHE, SAVED_DIR } from './names.js';
 
 // Request fields hotprefix does not implement: refused rather than silently ignored.
 const UNSUPPORTED = ['tools', 'tool_choice', 'functions', 'function_call', 'response_format', 'logprobs', 'top_logprobs', 'logit_bias', 'audio', 'modalities'];
@@ -69,35 +66,24 @@ class WorkerBackend {
   }
 }
 
-// The engine in this thread (`worker: false`).
+// The engine in this thread (`worker: false`): core.js's Host, loaded on first use.
 class LocalBackend {
   constructor() {
     this.inWorker = false;
-    this.core = null;
+    this.host = null;
+    this.dead = null;
   }
 
   async call(op, args, { onEvent, signal } = {}) {
+    if (this.dead) throw this.dead;
     if (signal?.aborted) throw aborted();
-    if (op === 'load') {
-      const { Core } = await import('./core.js');
-      this.core = await Core.load(args, (progress) => onEvent?.({ type: 'progress', progress }));
-      return this.core.info();
-    }
-    if (!this.core) throw new HotprefixError(op === 'unload' ? 'the engine was unloaded' : 'no model is loaded');
-    switch (op) {
-      case 'chat': return this.core.chat(args.request, (text) => onEvent?.({ type: 'text', text }), signal);
-      case 'stats': return this.core.stats();
-      case 'clear': return this.core.clear();
-      case 'persist': return this.core.persist();
-      case 'restore': return this.core.restore();
-      case 'forget': return this.core.forget();
-      case 'loseDevice': return this.core.loseDevice();
-      case 'unload': { const c = this.core; this.core = null; return c.unload(); }
-      default: throw new HotprefixError(`unknown operation ${op}`);
-    }
+    this.host ??= new (await import('./core.js')).Host();
+    return this.host.call(op, args, { onEvent, signal });
   }
 
-  close() {}
+  close() {
+    this.dead = new HotprefixError('the engine was unloaded');
+  }
 }
 
 function randomId() {

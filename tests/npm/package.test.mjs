@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { serve, CHROMIUM } from '../page/serve.mjs';
+import { serve, CHROMIUM, corruptSavedCache } from '../page/serve.mjs';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const HERE = fileURLToPath(new URL('./', import.meta.url));
@@ -402,15 +402,7 @@ test('a saved cache survives a page reload; a corrupt one is refused with a warn
     assert.equal(warm.text, saved.cold, 'the restored K/V answer as a cold run does');
 
     // Corrupt the saved file: one byte in the middle of the KV data.
-    await p.evaluate(async (sha) => {
-      const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle(window.hotprefix.SAVED_DIR);
-      const h = await dir.getFileHandle(`${sha}.kv`);
-      const bytes = new Uint8Array(await (await h.getFile()).arrayBuffer());
-      bytes[bytes.length >> 1] ^= 0x40;
-      const w = await h.createWritable();
-      await w.write(bytes);
-      await w.close();
-    }, saved.sha);
+    await corruptSavedCache(p, saved.sha);
     await open(true);
     const refused = await p.evaluate(async () => {
       const e = await prewarmed();

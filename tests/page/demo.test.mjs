@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { serve, CHROMIUM } from './serve.mjs';
+import { serve, CHROMIUM, corruptSavedCache } from './serve.mjs';
 
 const WWW = fileURLToPath(new URL('../../www/', import.meta.url));
 const PKG = fileURLToPath(new URL('../../target/npm/hotprefix/', import.meta.url));
@@ -99,16 +99,7 @@ test('after a reload the document is still warm; a corrupt saved cache is refuse
   assert.ok(Number(warm.cached) > 0);
 
   // Corrupt the saved file: one byte in the middle of the KV data.
-  await page.evaluate(async () => {
-    const { engine } = window.demo;
-    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('hotprefix-kv');
-    const h = await dir.getFileHandle(`${engine.sha256}.kv`);
-    const bytes = new Uint8Array(await (await h.getFile()).arrayBuffer());
-    bytes[bytes.length >> 1] ^= 0x40;
-    const w = await h.createWritable();
-    await w.write(bytes);
-    await w.close();
-  });
+  await corruptSavedCache(page, await page.evaluate(() => window.demo.engine.sha256));
   await page.reload();
   await ready();
   await page.fill('#doc', DOC);

@@ -35,3 +35,17 @@ export const CHROMIUM = {
     '--disable-gpu-sandbox', '--disable-dev-shm-usage', '--disable-background-networking',
     '--disable-component-update', '--disable-sync', '--no-first-run'],
 };
+
+// Flips one byte in the middle of the KV data of the saved cache (OPFS `hotprefix-kv/<sha256>.kv`)
+// of the model with this sha256, in `page`'s origin.
+export function corruptSavedCache(page, sha256) {
+  return page.evaluate(async (sha) => {
+    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('hotprefix-kv');
+    const h = await dir.getFileHandle(`${sha}.kv`);
+    const bytes = new Uint8Array(await (await h.getFile()).arrayBuffer());
+    bytes[bytes.length >> 1] ^= 0x40;
+    const w = await h.createWritable();
+    await w.write(bytes);
+    await w.close();
+  }, sha256);
+}
