@@ -10,6 +10,11 @@
 // many invocations. With `span` > 0 the slices are fixed runs of `span` positions (slice s covers
 // positions s·span ..), so a query's result depends only on its own position, never on which other
 // queries share the pass (prefill needs that: see ops::Split).
+//
+// FUSED = 1 (decode, one token) folds RoPE and kv_write in: q and the token's own K are rotated
+// here with the (cos, sin) table, the own position's K/V come from the q|k|v row itself (rounded to
+// f16 as the pages would hold them), and one invocation per KV head writes them to the pages for
+// later tokens. Bit for bit what rope → kv_write → attention compute.
 
 
 struct Params {
@@ -29,10 +34,46 @@ struct Params {
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;        // [T, q_stride/4]; head h at h·hd
 @group(0) @binding(2) var<storage, read> pos: array<u32>;            // [T]
 @group(0) @binding(3) var<storage, read> table: array<u32>;          // [table_len] page ids
-@group(0) @binding(4) var<storage, read> k_pages: array<u32>;        // [pages, n_kv, PAGE, hd/2]
-@group(0) @binding(5) var<storage, read> v_pages: array<u32>;        // [pages, n_kv, PAGE, hd/2]
+@group(0) @binding(4) var<storage, read_write> k_pages: array<u32>;  // [pages, n_kv, PAGE, hd/2]
+@group(0) @binding(5) var<storage, read_write> v_pages: array<u32>;  // [pages, n_kv, PAGE, hd/2]
 @group(0) @binding(6) var<storage, read_write> out: array<vec4<f32>>; // [T, n_head·hd/4]
 @group(0) @binding(7) var<storage, read_write> part: array<vec4<f32>>; // [T, n_head, splits, hd/4 + 1]: acc…, (max, sum, 0, 0)
+@group(0) @binding(8) var<storage, read> rope: array<vec4<f32>>;     // [max_pos, hd/4]: (cos, sin) of two pairs (FUSED)
+
+override FUSED: u32 = 0u;
+
+// Values 4i .. 4i+3 of a head rotated for `position` (the rope kernel's arithmetic).
+fn rotate(v: vec4<f32>, position: u32, i: u32) -> vec4<f32> {
+    let hd4 = p.hd / 4u;
+    let cs = rope[min(position, max(arrayLength(&rope) / hd4, 1u) - 1u) * hd4 + i];
+    return vec4<f32>(v.x * cs.x - v.y * cs.y, v.x * cs.y + v.y * cs.x, v.z * cs.z - v.w * cs.w, v.z * cs.w + v.w * cs.z);
+}
+
+// v rounded to the nearest f16 (ties to even), as pack2x16float stores it in the pages. Written out
+// because a compiler may fold unpack2x16float(pack2x16float(v)) into v (lavapipe does).
+fn f16_round(v: vec4<f32>) -> vec4<f32> {
+    let a = abs(v);
+    // Normal f16 range: keep 10 mantissa bits of 23.
+    let b = bitcast<vec4<u32>>(a);
+    let normal = bitcast<vec4<f32>>((b + vec4<u32>(0xfffu) + ((b >> vec4<u32>(13u)) & vec4<u32>(1u))) & vec4<u32>(0xffffe000u));
+    // Below 2^-14 (f16 subnormals): multiples of 2^-24; past 65519.99: infinity.
+    let sub = round(a * 16777216.0) / 16777216.0;
+    var r = select(normal, sub, a < vec4<f32>(6.103515625e-5));
+    r = select(r, vec4<f32>(bitcast<f32>(0x7f800000u)), a >= vec4<f32>(65520.0));
+    return sign(v) * r;
+}
+
+// K (or V) values 4i .. 4i+3 of position j: from the pages, or (FUSED) for the token's own
+// position `own`, from its q|k|v row at vec4 index `row`.
+fn kv_at(is_k: bool, base: u32, i: u32, j: u32, own: u32, row: u32) -> vec4<f32> {
+    if FUSED == 1u && j == own {
+        if is_k {
+            return f16_round(rotate(q[row + i], own, i));
+        }
+        return f16_round(q[row + p.n_kv * p.hd / 4u + i]);
+    }
+    return kv4(is_k, base, i);
+}
 
 fn kv4(buf_is_k: bool, base: u32, i: u32) -> vec4<f32> {
     if buf_is_k {
@@ -63,18 +104,37 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var acc: array<vec4<f32>, MAX_Q4>; // [GROUP, hd/4]
     var m: array<f32, 8>;
     var l: array<f32, 8>;
+    let own = pos[t];
     for (var r = 0u; r < GROUP; r++) {
         let qb = (t * p.q_stride + (h0 + r) * p.hd) / 4u;
         for (var i = 0u; i < hd4; i++) {
-            qv[r * hd4 + i] = q[qb + i] * p.scale;
+            var qq = q[qb + i];
+            if FUSED == 1u {
+                qq = rotate(qq, own, i);
+            }
+            qv[r * hd4 + i] = qq * p.scale;
             acc[r * hd4 + i] = vec4<f32>(0.0);
         }
         m[r] = -3.0e38;
         l[r] = 0.0;
     }
-    let n = pos[t] + 1u;
+    let n = own + 1u;
     let per = select((n + p.splits - 1u) / p.splits, p.span, p.span > 0u);
     let end = min(n, (split + 1u) * per);
+    // The token's own K row in q (its V row follows the n_kv K heads).
+    let krow = (t * p.q_stride + (p.n_head + g) * p.hd) / 4u;
+    if FUSED == 1u && h0 % (p.n_head / p.n_kv) == 0u && split * per <= own && own < end {
+        let page = table[min(own / p.page, p.table_len - 1u)];
+        let base = ((page * p.n_kv + g) * p.page + own % p.page) * (p.hd / 2u);
+        for (var i = 0u; i < hd4; i++) {
+            let k = rotate(q[krow + i], own, i);
+            let v = q[krow + p.n_kv * hd4 + i];
+            k_pages[base + 2u * i] = pack2x16float(k.xy);
+            k_pages[base + 2u * i + 1u] = pack2x16float(k.zw);
+            v_pages[base + 2u * i] = pack2x16float(v.xy);
+            v_pages[base + 2u * i + 1u] = pack2x16float(v.zw);
+        }
+    }
     for (var j = split * per; j < end; j++) {
         let page = table[min(j / p.page, p.table_len - 1u)];
         let base = ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
@@ -85,7 +145,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             s[r] = 0.0;
         }
         for (var i = 0u; i < hd4; i++) {
-            let k = kv4(true, base, i);
+            let k = kv_at(true, base, i, j, own, krow);
             for (var r = 0u; r < GROUP; r++) {
                 s[r] += dot(qv[r * hd4 + i], k);
             }
@@ -100,7 +160,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             m[r] = m_new;
         }
         for (var i = 0u; i < hd4; i++) {
-            let v = kv4(false, base, i);
+            let v = kv_at(false, base, i, j, own, krow);
             for (var r = 0u; r < GROUP; r++) {
                 acc[r * hd4 + i] = acc[r * hd4 + i] * corr[r] + e[r] * v;
             }

@@ -9,9 +9,18 @@
 // and rows are interleaved in groups of G = 32: word j of row r is at (r/G)·W_ROW·G + j·G + r%G,
 // so neighbouring invocations (neighbouring rows) load neighbouring words.
 // K is a multiple of 4 (of 32 for the block formats); T and N are arbitrary.
-// No workgroup memory and no barriers: lavapipe runs these fastest (see docs/BENCHMARKS.md).
+//
+// Three kernels: `matmul` (4×4 tiles, prefill), `matvec` (an invocation per 1–8 rows walking K
+// alone: no workgroup memory and no barriers, which lavapipe runs fastest, docs/BENCHMARKS.md) and
+// `matvec_coop` (a workgroup per 32 rows, its lanes splitting K and summing in workgroup memory:
+// real GPUs, where one invocation per row leaves most lanes idle). The matrix-vector kernels can
+// fuse the op before them into their x-load (XLOAD): RMSNorm (x / rms(x) · nw; the 1/rms factor is
+// applied to the finished dot product, Σx² accumulated from the same loads) or SwiGLU
+// (silu(gate) · up from a fused gate|up row).
 
 override FORMAT: u32 = 0u;
+// 0: x as it is; 1: RMSNorm(x) · nw; 2: silu(x[:K]) · x[K:] from rows of 2K (gate | up).
+override XLOAD: u32 = 0u;
 // 1: y += x · Wᵀ (the residual connection fused into the projection); 0: y = x · Wᵀ.
 override ACC: u32 = 0u;
 override WG: u32 = 64u;
@@ -22,12 +31,39 @@ struct Params {
     k: u32,     // input features
     n: u32,     // output features
     w_row: u32, // words a weight row
+    x_off: u32, // vec4s of x before row 0 (matrix-vector kernels: e.g. the last row of a chunk)
+    eps: f32,   // RMSNorm epsilon (XLOAD 1)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;    // [T, K/4]
 @group(0) @binding(2) var<storage, read> w: array<u32>;          // [N padded to G, W_ROW] interleaved
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;    // [T, N]
+@group(0) @binding(4) var<storage, read> nw: array<vec4<f32>>;   // [K/4] RMSNorm weight (XLOAD 1; matrix-vector only)
+
+// x values 4i .. 4i+3 of row t as the matrix-vector kernels see them (after the fused op);
+// XLOAD 1 adds their squares to *ss.
+fn x_at(t: u32, i: u32, ss: ptr<function, f32>) -> vec4<f32> {
+    if XLOAD == 2u {
+        let b = p.x_off + t * (p.k / 2u);
+        let g = x[b + i];
+        return g / (vec4<f32>(1.0) + exp(-g)) * x[b + p.k / 4u + i];
+    }
+    let v = x[p.x_off + t * (p.k / 4u) + i];
+    if XLOAD == 1u {
+        *ss += dot(v, v);
+        return v * nw[i];
+    }
+    return v;
+}
+
+// A finished dot product of row t: scaled by 1/rms(x) for XLOAD 1.
+fn finish(v: f32, ss: f32) -> f32 {
+    if XLOAD == 1u {
+        return v * inverseSqrt(ss / f32(p.k) + p.eps);
+    }
+    return v;
+}
 
 fn store(i: u32, v: f32) {
     if ACC == 1u {
@@ -121,12 +157,12 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
         rb[j] = row_base(min(n0 + j * G, p.n - 1u));
         acc[j] = vec4<f32>(0.0);
     }
-    let xb = t * (p.k / 4u);
     var xv: array<vec4<f32>, 8>;
+    var ss = 0.0;
     for (var c = 0u; c < chunks; c++) {
         var xsum = vec4<f32>(0.0);
         for (var i = 0u; i < per; i++) {
-            xv[i] = x[xb + c * per + i];
+            xv[i] = x_at(t, c * per + i, &ss);
             xsum += xv[i];
         }
         for (var j = 0u; j < R; j++) {
@@ -136,8 +172,51 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
     for (var j = 0u; j < R; j++) {
         let n = n0 + j * G;
         if n < p.n {
-            store(t * p.n + n, dot(acc[j], vec4<f32>(1.0)));
+            store(t * p.n + n, finish(dot(acc[j], vec4<f32>(1.0)), ss));
         }
+    }
+}
+
+// Decode path for GPUs: workgroup (g, t) computes rows g·G .. g·G + G−1 of token t. Lane
+// (r, s) = (lane % G, lane / G) takes chunks s, s + S, … of row g·G + r, so the G lanes of a
+// slice read G neighbouring words (the interleaved layout), then the S slices are summed.
+const CW: u32 = 256u;
+const S: u32 = CW / G;
+var<workgroup> red: array<f32, CW>;
+var<workgroup> red_ss: array<f32, CW>;
+
+@compute @workgroup_size(CW)
+fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = wid.y;
+    let r = lid % G;
+    let s = lid / G;
+    let n = wid.x * G + r;
+    let rb = row_base(min(n, p.n - 1u));
+    let block = FORMAT >= 2u;
+    let chunks = select(p.k / 4u, p.k / 32u, block);
+    let per = select(1u, 8u, block);
+    var xv: array<vec4<f32>, 8>;
+    var acc = vec4<f32>(0.0);
+    var ss = 0.0;
+    for (var c = s; c < chunks; c += S) {
+        var xsum = vec4<f32>(0.0);
+        for (var i = 0u; i < per; i++) {
+            xv[i] = x_at(t, c * per + i, &ss);
+            xsum += xv[i];
+        }
+        acc += dot_chunk(rb, c, &xv, xsum);
+    }
+    red[lid] = dot(acc, vec4<f32>(1.0));
+    red_ss[lid] = ss;
+    workgroupBarrier();
+    if s == 0u && n < p.n {
+        var v = 0.0;
+        var q = 0.0;
+        for (var j = 0u; j < S; j++) {
+            v += red[j * G + r];
+            q += red_ss[j * G + r];
+        }
+        store(t * p.n + n, finish(v, q));
     }
 }
 

@@ -18,6 +18,10 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::Gpu;
 use crate::kv::{self, KvCache, Sequence};
+
+/// Greedy steps queued on the GPU per CPU–GPU wait (`Model::decode_greedy`). Steps past an
+/// end-of-turn are wasted, so not more: 1/8 of a wait a token already hides the round trip.
+const DECODE_AHEAD: usize = 8;
 use crate::model::{Logits, Model, Options, TensorBytes};
 use crate::ops;
 use crate::persist;
@@ -428,6 +432,8 @@ impl Engine {
             let mut emitted = 0;
             let mut dec = StreamDecoder::new();
             let hold = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
+            // Greedy tokens decoded ahead on the GPU, not yet looked at (their steps are in `seq`).
+            let mut ahead = std::collections::VecDeque::new();
             while out.len() < params.max_tokens {
                 if self.stop_ids.contains(&next) {
                     finish = Finish::Stop;
@@ -454,10 +460,31 @@ impl Engine {
                 if out.len() == params.max_tokens {
                     break;
                 }
-                self.ensure_free(seq.pages_needed(1))?;
-                self.model.decode_step(&self.gpu, &self.kv, &mut seq, next).await?;
+                if ahead.is_empty() && sampler.is_greedy() {
+                    // Queue several steps on the GPU, each fed the previous one's argmax, and read
+                    // their tokens in one wait; steps past a stop are truncated below.
+                    let n = DECODE_AHEAD.min(params.max_tokens - out.len());
+                    self.ensure_free(seq.pages_needed(n))?;
+                    ahead.extend(self.model.decode_greedy(&self.gpu, &self.kv, &mut seq, next, n).await?);
+                }
                 steps += 1;
-                next = self.pick(&mut sampler, &recent).await?;
+                next = match ahead.pop_front() {
+                    Some(id) if id as usize >= self.model.cfg.vocab => {
+                        // The GPU argmax answers u32::MAX when every logit is NaN.
+                        return Err(Error::InvalidArgument("no finite logit to pick from (all NaN)".into()));
+                    }
+                    Some(id) => id,
+                    None => {
+                        self.ensure_free(seq.pages_needed(1))?;
+                        self.model.decode_step(&self.gpu, &self.kv, &mut seq, next).await?;
+                        self.pick(&mut sampler, &recent).await?
+                    }
+                };
+            }
+            // Steps decoded ahead past a stop, an abort or an error are not part of the answer.
+            if !ahead.is_empty() {
+                let keep = seq.len() - ahead.len();
+                seq.truncate(keep)?;
             }
             // At max_tokens an incomplete trailing character is flushed (as U+FFFD); after an
             // end-of-turn token or a stop string there is nothing more to say.

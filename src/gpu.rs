@@ -3,7 +3,9 @@
 //! uniform "param arena" that carries each dispatch's small parameter block.
 //!
 //! Steady state creates nothing: pipelines and bind groups are cached, parameters go into slots
-//! of one uniform buffer selected by dynamic offset, readback reuses one staging buffer.
+//! of one uniform buffer selected by dynamic offset, readback reuses one staging buffer. A batch
+//! records its dispatches into one compute pass (WebGPU makes each dispatch its own usage scope,
+//! so no barriers are needed between them) and uploads all their parameters in one write.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -51,7 +53,7 @@ struct BindKey {
     buffers: Vec<(wgpu::Buffer, u64, u64)>,
 }
 
-const PARAM_SLOT: u64 = 256;
+/// Parameter slots in the arena; a batch with more dispatches submits in parts.
 const PARAM_SLOTS: u64 = 4096;
 /// Largest parameter block a kernel may use, in bytes.
 pub const MAX_PARAMS: usize = 64;
@@ -73,8 +75,24 @@ pub struct Gpu {
     pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
     bind_groups: RefCell<HashMap<BindKey, wgpu::BindGroup>>,
     params: wgpu::Buffer,
+    /// Bytes between parameter slots: the adapter's uniform offset alignment (≥ `MAX_PARAMS`).
+    param_slot: u64,
     staging: RefCell<Option<wgpu::Buffer>>,
     batch_open: Cell<bool>,
+    counters: Cell<Counters>,
+}
+
+/// What the CPU asked of the GPU since the [`Gpu`] was created (benchmarks read differences).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Compute dispatches recorded.
+    pub dispatches: u64,
+    /// Compute passes begun.
+    pub passes: u64,
+    /// Queue submissions.
+    pub submits: u64,
+    /// Times the CPU waited for the GPU to finish work: buffer maps (readbacks) and `finish`.
+    pub waits: u64,
 }
 
 impl Gpu {
@@ -107,10 +125,11 @@ impl Gpu {
         let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
         let features = offered & wanted;
         let limits = adapter.limits();
-        // What the kernels need: attention binds 7 storage buffers, argmax uses 256-wide workgroups.
-        if limits.max_storage_buffers_per_shader_stage < 7 || limits.max_compute_invocations_per_workgroup < 256 || limits.max_compute_workgroup_size_x < 256 {
+        // What the kernels need: attention binds 8 storage buffers (WebGPU's default limit),
+        // argmax and matvec_coop use 256-wide workgroups.
+        if limits.max_storage_buffers_per_shader_stage < 8 || limits.max_compute_invocations_per_workgroup < 256 || limits.max_compute_workgroup_size_x < 256 {
             return Err(Error::AdapterLimits(format!(
-                "{} storage buffers per shader stage and {} invocations per workgroup; hotprefix needs 7 and 256",
+                "{} storage buffers per shader stage and {} invocations per workgroup; hotprefix needs 8 and 256",
                 limits.max_storage_buffers_per_shader_stage, limits.max_compute_invocations_per_workgroup
             )));
         }
@@ -141,9 +160,10 @@ impl Gpu {
                 u.get_or_insert_with(|| e.to_string());
             }
         }));
+        let param_slot = (limits.min_uniform_buffer_offset_alignment as u64).max(MAX_PARAMS as u64).next_power_of_two();
         let params = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("param arena"),
-            size: PARAM_SLOT * PARAM_SLOTS,
+            size: param_slot * PARAM_SLOTS,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
@@ -165,8 +185,10 @@ impl Gpu {
             pipelines: RefCell::default(),
             bind_groups: RefCell::default(),
             params,
+            param_slot,
             staging: RefCell::new(None),
             batch_open: Cell::new(false),
+            counters: Cell::default(),
         })
     }
 
@@ -185,6 +207,17 @@ impl Gpu {
             self.caps.timestamps,
             self.limits.max_storage_buffer_binding_size >> 20
         )
+    }
+
+    /// Dispatches, passes, submissions and waits so far.
+    pub fn counters(&self) -> Counters {
+        self.counters.get()
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Counters)) {
+        let mut c = self.counters.get();
+        f(&mut c);
+        self.counters.set(c);
     }
 
     /// Destroys the device now: its memory is freed at once, and every later call fails with
@@ -287,6 +320,10 @@ impl Gpu {
             at += n.next_multiple_of(4);
         }
         self.queue.submit([enc.finish()]);
+        self.count(|c| {
+            c.submits += 1;
+            c.waits += 1;
+        });
         let (tx, rx) = futures_channel::oneshot::channel();
         staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {
             let _ = tx.send(r);
@@ -340,6 +377,7 @@ impl Gpu {
 
     /// Waits until all submitted work has finished (native: blocks; browser: awaits).
     pub async fn finish(&self) -> Result<()> {
+        self.count(|c| c.waits += 1);
         #[cfg(not(target_arch = "wasm32"))]
         {
             self.device
@@ -365,8 +403,10 @@ impl Gpu {
         }
         Ok(Batch {
             gpu: self,
-            enc: Some(self.device.create_command_encoder(&Default::default())),
+            enc: None,
+            pass: None,
             slot: 0,
+            params: Vec::new(),
             scopes: Some(Scopes::push(&self.device)),
             pending: Vec::new(),
         })
@@ -518,12 +558,18 @@ impl Scopes {
     }
 }
 
-/// A batch of recorded dispatches, submitted together. Parameter blocks go to the param arena;
-/// when the arena's slots run out the batch submits what it has and goes on.
+/// A batch of recorded dispatches, submitted together: one compute pass (broken only by a
+/// buffer copy), and one upload of every dispatch's parameter block at submission. When the
+/// arena's slots run out the batch submits what it has and goes on.
 pub struct Batch<'g> {
+    /// The open compute pass (its encoder borrow released with `forget_lifetime`; it is always
+    /// ended before `enc` is used again, and dropped before it: fields drop in order).
+    pass: Option<wgpu::ComputePass<'static>>,
     gpu: &'g Gpu,
     enc: Option<wgpu::CommandEncoder>,
     slot: u64,
+    /// Parameter blocks of the dispatches recorded since the last upload, `param_slot` apart.
+    params: Vec<u8>,
     scopes: Option<Scopes>,
     pending: Vec<wgpu::CommandBuffer>,
 }
@@ -563,34 +609,50 @@ impl<'g> Batch<'g> {
         if self.slot == PARAM_SLOTS {
             self.flush();
         }
-        let offset = self.slot * PARAM_SLOT;
+        let offset = self.slot * self.gpu.param_slot;
         self.slot += 1;
-        let mut block = [0u32; MAX_PARAMS / 4];
-        block[..params.len()].copy_from_slice(params);
-        self.gpu.queue.write_buffer(&self.gpu.params, offset, bytemuck::cast_slice(&block));
+        self.params.resize(offset as usize, 0);
+        self.params.extend_from_slice(bytemuck::cast_slice(params));
         let pipeline = self.gpu.pipeline(kernel, constants);
         let bg = self.gpu.bind_group(kernel, buffers);
-        let enc = self.enc.get_or_insert_with(|| self.gpu.device.create_command_encoder(&Default::default()));
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(kernel.name), timestamp_writes: None });
+        let pass = match &mut self.pass {
+            Some(p) => p,
+            None => {
+                let enc = self.enc.get_or_insert_with(|| self.gpu.device.create_command_encoder(&Default::default()));
+                let pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("hotprefix"), timestamp_writes: None }).forget_lifetime();
+                self.gpu.count(|c| c.passes += 1);
+                self.pass.insert(pass)
+            }
+        };
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bg, &[offset as u32]);
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        self.gpu.count(|c| c.dispatches += 1);
         Ok(())
     }
 
-    /// Records a buffer-to-buffer copy.
+    /// Records a buffer-to-buffer copy (it ends the current compute pass).
     pub fn copy(&mut self, src: &wgpu::Buffer, src_off: u64, dst: &wgpu::Buffer, dst_off: u64, bytes: u64) {
+        self.pass = None;
         let enc = self.enc.get_or_insert_with(|| self.gpu.device.create_command_encoder(&Default::default()));
         enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, bytes);
     }
 
-    /// Submits what was recorded so far because the param arena is full; later writes to the
-    /// arena are ordered after this submission by the queue.
+    /// Uploads the recorded parameters and submits the recorded work (also when the param arena
+    /// is full; later writes to the arena are ordered after this submission by the queue).
     fn flush(&mut self) {
+        self.pass = None;
+        if !self.params.is_empty() {
+            self.gpu.queue.write_buffer(&self.gpu.params, 0, &self.params);
+            self.params.clear();
+        }
         if let Some(enc) = self.enc.take() {
             self.pending.push(enc.finish());
         }
-        self.gpu.queue.submit(self.pending.drain(..));
+        if !self.pending.is_empty() {
+            self.gpu.queue.submit(self.pending.drain(..));
+            self.gpu.count(|c| c.submits += 1);
+        }
         self.slot = 0;
     }
 

@@ -8,7 +8,7 @@ use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::{Batch, Gpu};
 use crate::kv::{KvCache, Sequence};
 
-use crate::ops::{self, AttnShape, KvSource, RopeShape, Split, Weight};
+use crate::ops::{self, AttnShape, KvSource, MatvecKind, RopeShape, Split, Weight, XLoad};
 use crate::oracle;
 use crate::quant::Format;
 
@@ -123,9 +123,9 @@ struct Scratch {
     att: wgpu::Buffer,    // [T, n_head·hd]
     gu: wgpu::Buffer,     // [T, 2·ffn]
     h: wgpu::Buffer,      // [T, ffn]
-    last: wgpu::Buffer,   // [1, dim] the last row of xn
     logits: wgpu::Buffer, // [T or 1, vocab]
     argmax: wgpu::Buffer, // [T or 1] u32
+    ids: wgpu::Buffer,    // [MAX_AHEAD] u32: greedy ids decoded ahead (`decode_greedy`)
     part: wgpu::Buffer,   // attention partials (ops::attention_scratch_bytes)
 }
 
@@ -140,6 +140,9 @@ pub enum Logits {
     All,
 }
 
+/// Most steps [`Model::decode_greedy`] queues before reading their tokens back.
+pub const MAX_AHEAD: usize = 16;
+
 /// A model loaded on the GPU with its scratch buffers. The KV cache lives beside it
 /// ([`KvCache`]), so that sequences and the prefix index can share pages without borrowing the model.
 pub struct Model {
@@ -151,6 +154,8 @@ pub struct Model {
     layers: Vec<Layer>,
     rope: wgpu::Buffer, // [context, hd/2] (cos, sin)
     s: Scratch,
+    /// The decode path's matrix-vector kernel (chosen for the adapter).
+    matvec: MatvecKind,
     /// Bytes of weights on the GPU.
     pub weight_bytes: u64,
 }
@@ -291,9 +296,9 @@ impl Model {
             att: gpu.storage("att", f(t * cfg.n_head * hd)).await?,
             gu: gpu.storage("gate|up", f(t * 2 * cfg.ffn)).await?,
             h: gpu.storage("h", f(t * cfg.ffn)).await?,
-            last: gpu.storage("last", f(d)).await?,
             logits: gpu.storage("logits", f(lrows * cfg.vocab)).await?,
             argmax: gpu.storage("argmax", f(lrows)).await?,
+            ids: gpu.storage("decoded ids", f(MAX_AHEAD)).await?,
             part: gpu.storage("attention partials", ops::attention_scratch_bytes(t, cfg.n_head, hd, max_pos)).await?,
         };
         let mut weight_bytes = embed.buf.size() + output.as_ref().map_or(0, |w| w.buf.size()) + output_norm.size();
@@ -301,7 +306,19 @@ impl Model {
             weight_bytes += [&l.qkv, &l.wo, &l.gate_up, &l.down].iter().map(|w| w.buf.size()).sum::<u64>();
             weight_bytes += l.attn_norm.size() + l.ffn_norm.size();
         }
-        Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, weight_bytes })
+        let matvec = MatvecKind::for_adapter(gpu);
+        Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, matvec, weight_bytes })
+    }
+
+    /// Makes decoding use matrix-vector kernel `kind` instead of the adapter's choice (tests run
+    /// both on one adapter; benchmarks compare them).
+    pub fn use_matvec(&mut self, kind: MatvecKind) {
+        self.matvec = kind;
+    }
+
+    /// The matrix-vector kernel decoding uses.
+    pub fn matvec_kind(&self) -> MatvecKind {
+        self.matvec
     }
 
     /// Positions a sequence can reach: the context window (`Options::context`).
@@ -327,51 +344,84 @@ impl Model {
     }
 
     /// One decode step: `token` at position `seq.len()`, the last row's logits. Uses the faster
-    /// single-row kernels (matrix-vector, attention split over positions).
+    /// single-row kernels (matrix-vector with the norms and SwiGLU fused in, attention with RoPE
+    /// and the KV write fused in, split over positions): 6 dispatches a layer at most.
     pub async fn decode_step(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, token: u32) -> Result<()> {
         self.run(gpu, kv, seq, &[token], Logits::Last, false).await
     }
 
+    /// Greedy decoding ahead of the CPU: `n` decode steps, the first on `token`, each later one
+    /// on the previous step's argmax, which the GPU writes where the next embedding reads it. All
+    /// are recorded in one batch (one compute pass, one parameter upload) and their tokens read
+    /// back in one map: one CPU–GPU wait for `n` tokens. Returns the `n` argmax ids; the sequence
+    /// grows by `n` positions (truncate it to drop steps past a stop). The ids are those `n`
+    /// calls of [`Self::decode_step`] + [`Self::read_argmax`] give.
+    pub async fn decode_greedy(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, token: u32, n: usize) -> Result<Vec<u32>> {
+        if n == 0 || n > MAX_AHEAD {
+            return Err(Error::InvalidArgument(format!("{n} steps decoded ahead (1 to {MAX_AHEAD} allowed)")));
+        }
+        let start = self.check_step(kv, seq, &[token], n)?;
+        let table_len = seq.reserve(n)?;
+        let table = kv.table_for(gpu, seq);
+        gpu.write(&self.s.tokens, 0, &[token]);
+        gpu.write(&self.s.pos, 0, &[start as u32]);
+        let mut b = gpu.batch()?;
+        for i in 0..n {
+            self.record_decode(&mut b, kv, table, start + i, table_len, Some(i))?;
+        }
+        b.submit().await?;
+        seq.advance(n);
+        gpu.read_u32(&self.s.ids, n).await
+    }
+
+    /// Checks a forward call of `tokens` that grows `seq` by `grow` positions; returns the
+    /// position of the first token.
+    fn check_step(&self, kv: &KvCache, seq: &Sequence, tokens: &[u32], grow: usize) -> Result<usize> {
+        let c = &self.cfg;
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= c.vocab) {
+            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {}", c.vocab)));
+        }
+        let start = seq.len();
+        if start + grow > self.max_positions() {
+            return Err(Error::ContextFull { needed: start + grow, capacity: self.max_positions() });
+        }
+        if kv.layers.len() != c.n_layer {
+            return Err(Error::InvalidArgument(format!("a KV cache of {} layers for a model of {}", kv.layers.len(), c.n_layer)));
+        }
+        Ok(start)
+    }
+
     async fn run(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, tokens: &[u32], logits: Logits, exact: bool) -> Result<()> {
-        let (c, t) = (&self.cfg, tokens.len());
+        let t = tokens.len();
         if t == 0 || t > self.opts.chunk {
             return Err(Error::InvalidArgument(format!("{t} tokens in one forward call (1 to {} allowed)", self.opts.chunk)));
         }
         if logits == Logits::All && !self.opts.all_logits {
             return Err(Error::InvalidArgument("all-row logits need Options::all_logits".into()));
         }
-        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= c.vocab) {
-            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {}", c.vocab)));
-        }
-        let start = seq.len();
-        if start + t > self.max_positions() {
-            return Err(Error::ContextFull { needed: start + t, capacity: self.max_positions() });
-        }
-        if kv.layers.len() != c.n_layer {
-            return Err(Error::InvalidArgument(format!("a KV cache of {} layers for a model of {}", kv.layers.len(), c.n_layer)));
-        }
+        let start = self.check_step(kv, seq, tokens, t)?;
         let table_len = seq.reserve(t)?;
         let table = kv.table_for(gpu, seq);
         let pos: Vec<u32> = (start as u32..(start + t) as u32).collect();
         gpu.write(&self.s.tokens, 0, tokens);
         gpu.write(&self.s.pos, 0, &pos);
         let mut b = gpu.batch()?;
-        self.record(&mut b, kv, table, seq.len(), t, table_len, logits, exact)?;
+        if exact {
+            self.record(&mut b, kv, table, start, t, table_len, logits)?;
+        } else {
+            self.record_decode(&mut b, kv, table, start, table_len, None)?;
+        }
         b.submit().await?;
         seq.advance(t);
         Ok(())
     }
 
-    /// The forward pass proper: embed → layers → final norm → logits.
+    /// The forward pass proper (prefill): embed → layers → final norm → logits. Every row comes
+    /// out the same whatever chunk it is in (`ops::matmul_exact`, fixed attention slices).
     #[allow(clippy::too_many_arguments)]
-    fn record(&self, b: &mut Batch, kv_cache: &KvCache, table: &wgpu::Buffer, start: usize, t: usize, table_len: usize, logits: Logits, exact: bool) -> Result<()> {
+    fn record(&self, b: &mut Batch, kv_cache: &KvCache, table: &wgpu::Buffer, start: usize, t: usize, table_len: usize, logits: Logits) -> Result<()> {
         let (c, s) = (&self.cfg, &self.s);
-        // y (+)= x · Wᵀ over the pass's t rows, on the kernel the pass wants.
-        let mm = |b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, acc: bool| match (exact, acc) {
-            (true, _) => ops::matmul_exact(b, x, w, y, t, acc),
-            (false, false) => ops::matmul(b, x, w, y, t),
-            (false, true) => ops::matmul_acc(b, x, w, y, t),
-        };
+        let mm = |b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, acc: bool| ops::matmul_exact(b, x, w, y, t, acc);
         let (d, hd, qkv_w) = (c.dim, c.head_dim, c.qkv_width());
         ops::embed(b, &s.tokens, &self.embed, &s.x, t)?;
         for (l, kv) in self.layers.iter().zip(&kv_cache.layers) {
@@ -382,8 +432,8 @@ impl Model {
             ops::rope(b, &s.qkv, &s.pos, &self.rope, &rope)?;
             let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
             ops::kv_write(b, &s.qkv, &src, &s.pos, table, table_len, kv)?;
-            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: start + t, split: if exact { Split::Fixed } else { Split::Auto } };
-            ops::attention(b, &s.qkv, &shape, &s.pos, table, table_len, kv, &s.att, &s.part)?;
+            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: start + t, split: Split::Fixed, fused: false };
+            ops::attention(b, &s.qkv, &shape, &s.pos, table, table_len, kv, &self.rope, &s.att, &s.part)?;
             mm(b, &s.att, &l.wo, &s.x, true)?; // x += att · woᵀ
             // feed-forward
             ops::rmsnorm(b, &s.x, &l.ffn_norm, &s.xn, t, d, c.eps)?;
@@ -395,9 +445,8 @@ impl Model {
         match logits {
             Logits::None => Ok(()),
             Logits::Last => {
-                ops::rmsnorm(b, &s.x, &self.output_norm, &s.xn, t, d, c.eps)?;
-                b.copy(&s.xn, 4 * ((t - 1) * d) as u64, &s.last, 0, 4 * d as u64);
-                ops::matmul(b, &s.last, head, &s.logits, 1)?;
+                let norm = XLoad::RmsNorm { w: &self.output_norm, eps: c.eps };
+                ops::matvec(b, &s.x, t - 1, norm, head, &s.logits, false, self.matvec)?;
                 ops::argmax(b, &s.logits, &s.argmax, 1, c.vocab)
             }
             Logits::All => {
@@ -405,6 +454,33 @@ impl Model {
                 ops::matmul(b, &s.xn, head, &s.logits, t)?;
                 ops::argmax(b, &s.logits, &s.argmax, t, c.vocab)
             }
+        }
+    }
+
+    /// One decode step, llama2.c's `forward()` for one token at `pos` (its id in `tokens[0]`, its
+    /// position in `pos[0]`): 6 dispatches a layer at most, the op before each projection fused
+    /// into its x-load. `feed`: write the argmax to `ids[slot]` and feed it to the next step.
+    fn record_decode(&self, b: &mut Batch, kv_cache: &KvCache, table: &wgpu::Buffer, pos: usize, table_len: usize, feed: Option<usize>) -> Result<()> {
+        let (c, s) = (&self.cfg, &self.s);
+        let mv = |b: &mut Batch, x: &wgpu::Buffer, xl: XLoad, w: &Weight, y: &wgpu::Buffer, acc: bool| ops::matvec(b, x, 0, xl, w, y, acc, self.matvec);
+        let norm = |w| XLoad::RmsNorm { w, eps: c.eps };
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        ops::embed(b, &s.tokens, &self.embed, &s.x, 1)?;
+        for (l, kv) in self.layers.iter().zip(&kv_cache.layers) {
+            // attention: q|k|v = norm(x) · Wqkvᵀ; RoPE, the KV write and attention in one dispatch
+            mv(b, &s.x, norm(&l.attn_norm), &l.qkv, &s.qkv, false)?;
+            let shape = AttnShape { t: 1, n_head: c.n_head, q_stride: c.qkv_width(), scale, ctx: pos + 1, split: Split::Auto, fused: true };
+            ops::attention(b, &s.qkv, &shape, &s.pos, table, table_len, kv, &self.rope, &s.att, &s.part)?;
+            mv(b, &s.att, XLoad::Plain, &l.wo, &s.x, true)?; // x += att · woᵀ
+            // feed-forward
+            mv(b, &s.x, norm(&l.ffn_norm), &l.gate_up, &s.gu, false)?;
+            mv(b, &s.gu, XLoad::SwiGlu, &l.down, &s.x, true)?; // x += swiglu(gate|up) · downᵀ
+        }
+        let head = self.output.as_ref().unwrap_or(&self.embed);
+        mv(b, &s.x, norm(&self.output_norm), head, &s.logits, false)?;
+        match feed {
+            None => ops::argmax(b, &s.logits, &s.argmax, 1, c.vocab),
+            Some(slot) => ops::argmax_feed(b, &s.logits, c.vocab, &s.ids, slot, &s.tokens, &s.pos),
         }
     }
 

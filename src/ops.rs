@@ -14,7 +14,8 @@ macro_rules! kernel {
     };
 }
 
-static MATVEC: Kernel = kernel!("matmul", "matvec", [Read, Read, ReadWrite]);
+static MATVEC: Kernel = kernel!("matmul", "matvec", [Read, Read, ReadWrite, Read]);
+static MATVEC_COOP: Kernel = kernel!("matmul", "matvec_coop", [Read, Read, ReadWrite, Read]);
 static MATMUL: Kernel = kernel!("matmul", "matmul", [Read, Read, ReadWrite]);
 static RMSNORM: Kernel = kernel!("rmsnorm", "main", [Read, Read, ReadWrite]);
 static ROPE: Kernel = kernel!("rope", "main", [ReadWrite, Read, Read]);
@@ -22,10 +23,11 @@ static SWIGLU: Kernel = kernel!("swiglu", "main", [Read, ReadWrite]);
 static EMBED: Kernel = kernel!("embed", "main", [Read, Read, ReadWrite]);
 static ADD: Kernel = kernel!("add", "main", [ReadWrite, Read]);
 static ARGMAX: Kernel = kernel!("argmax", "main", [Read, ReadWrite]);
+static ARGMAX_FEED: Kernel = kernel!("argmax", "feed", [Read, ReadWrite, ReadWrite, ReadWrite]);
 static KV_WRITE: Kernel = kernel!("kv_write", "main", [Read, Read, Read, ReadWrite, ReadWrite]);
 static KV_COPY: Kernel = kernel!("kv_copy", "main", [ReadWrite, ReadWrite]);
-static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, Read, Read, ReadWrite, ReadWrite]);
-static ATTENTION_COMBINE: Kernel = kernel!("attention", "combine", [Read, Read, Read, Read, Read, ReadWrite, ReadWrite]);
+static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
+static ATTENTION_COMBINE: Kernel = kernel!("attention", "combine", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
 
 /// Workgroup size of the matmul kernels along N.
 const MM_WG: u32 = 64;
@@ -143,21 +145,84 @@ pub fn matmul_acc(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer,
 fn matmul_into(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, tiled: bool) -> Result<()> {
     need("matmul", "x", x, t * w.k)?;
     need("matmul", "y", y, t * w.n)?;
-    let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
-    let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k))];
     if !tiled {
-        // As many rows per invocation as leave enough workgroups to keep every core busy.
-        let invocations = |r: usize| w.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
-        // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
-        // (fewer x loads per weight); real GPUs want many workgroups in flight.
-        let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
-        let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
-        let groups = [u(invocations(r)).div_ceil(MM_WG), u(t), 1];
-        let consts = [consts[0], consts[1], consts[2], ("R", r as f64)];
-        b.dispatch(&MATVEC, &consts, &params, &[x, &w.buf, y], groups)
-    } else {
-        let groups = [u(w.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
-        b.dispatch(&MATMUL, &consts, &params, &[x, &w.buf, y], groups)
+        return matvec_rows(b, x, 0, XLoad::Plain, w, y, t, acc, MatvecKind::for_adapter(b.gpu()));
+    }
+    let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
+    let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), 0, 0];
+    let groups = [u(w.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
+    b.dispatch(&MATMUL, &consts, &params, &[x, &w.buf, y], groups)
+}
+
+/// What a matrix-vector kernel applies to x as it loads it: the op before the projection, fused.
+#[derive(Clone, Copy)]
+pub enum XLoad<'a> {
+    /// x as it is.
+    Plain,
+    /// `x / rms(x) · w` (RMSNorm with weight `w` of K floats).
+    RmsNorm { w: &'a wgpu::Buffer, eps: f32 },
+    /// `silu(x[:K]) · x[K:]` from rows of 2K (a fused gate|up projection's output).
+    SwiGlu,
+}
+
+/// Which matrix-vector kernel: chosen per adapter ([`MatvecKind::for_adapter`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatvecKind {
+    /// An invocation per 1–8 rows walking K alone (CPU adapters: lavapipe, SwiftShader).
+    Rows,
+    /// A 256-lane workgroup per 32 rows, lanes splitting K (GPUs).
+    Coop,
+}
+
+impl MatvecKind {
+    /// `Rows` on CPU adapters, where a few fat workgroups beat many thin ones, `Coop` elsewhere.
+    pub fn for_adapter(gpu: &Gpu) -> MatvecKind {
+        if gpu.info.device_type == wgpu::DeviceType::Cpu {
+            MatvecKind::Rows
+        } else {
+            MatvecKind::Coop
+        }
+    }
+}
+
+/// `y[0, n] (+)= xl(x[x_row, :]) · Wᵀ`: one token's projection on the matrix-vector kernel `kind`,
+/// with the op before it fused into the x-load.
+#[allow(clippy::too_many_arguments)]
+pub fn matvec(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, acc: bool, kind: MatvecKind) -> Result<()> {
+    matvec_rows(b, x, x_row, xl, w, y, 1, acc, kind)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: MatvecKind) -> Result<()> {
+    let width = if matches!(xl, XLoad::SwiGlu) { 2 * w.k } else { w.k };
+    need("matvec", "x", x, (x_row + t) * width)?;
+    need("matvec", "y", y, t * w.n)?;
+    let (xload, aux, eps) = match xl {
+        XLoad::Plain => (0, &w.buf, 0.0),
+        XLoad::RmsNorm { w: nw, eps } => {
+            need("matvec", "norm weight", nw, w.k)?;
+            (1, nw, eps)
+        }
+        XLoad::SwiGlu => (2, &w.buf, 0.0),
+    };
+    let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), u(x_row * width / 4), f32::to_bits(eps)];
+    let consts = [("FORMAT", w.format.shader_id()), ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
+    match kind {
+        MatvecKind::Rows => {
+            // As many rows per invocation as leave enough workgroups to keep every core busy.
+            let invocations = |r: usize| w.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
+            // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
+            // (fewer x loads per weight); real GPUs want many workgroups in flight.
+            let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
+            let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
+            let groups = [u(invocations(r)).div_ceil(MM_WG), u(t), 1];
+            let consts = [consts[0], consts[1], consts[2], ("WG", MM_WG as f64), ("R", r as f64)];
+            b.dispatch(&MATVEC, &consts, &params, &[x, &w.buf, y, aux], groups)
+        }
+        MatvecKind::Coop => {
+            let groups = [u(w.n.div_ceil(quant::ROW_GROUP)), u(t), 1];
+            b.dispatch(&MATVEC_COOP, &consts, &params, &[x, &w.buf, y, aux], groups)
+        }
     }
 }
 
@@ -222,7 +287,17 @@ pub fn add(b: &mut Batch, a: &wgpu::Buffer, other: &wgpu::Buffer, n: usize) -> R
 pub fn argmax(b: &mut Batch, x: &wgpu::Buffer, out: &wgpu::Buffer, rows: usize, n: usize) -> Result<()> {
     need("argmax", "x", x, rows * n)?;
     need("argmax", "out", out, rows)?;
-    b.dispatch(&ARGMAX, &[], &[u(rows), u(n)], &[x, out], [u(rows), 1, 1])
+    b.dispatch(&ARGMAX, &[], &[u(rows), u(n), 0], &[x, out], [u(rows), 1, 1])
+}
+
+/// Greedy decoding without the CPU: `ids[slot] = tokens[0] = argmax(x[0, :n])` and `pos[0] += 1`,
+/// so the next step (embedding `tokens[0]` at `pos[0]`) can be queued before this one is read.
+pub fn argmax_feed(b: &mut Batch, x: &wgpu::Buffer, n: usize, ids: &wgpu::Buffer, slot: usize, tokens: &wgpu::Buffer, pos: &wgpu::Buffer) -> Result<()> {
+    need("argmax", "x", x, n)?;
+    need("argmax", "ids", ids, slot + 1)?;
+    need("argmax", "tokens", tokens, 1)?;
+    need("argmax", "positions", pos, 1)?;
+    b.dispatch(&ARGMAX_FEED, &[], &[1, u(n), u(slot)], &[x, ids, tokens, pos], [1, 1, 1])
 }
 
 /// Where K and V of each token sit in a source buffer of rows.
@@ -265,6 +340,11 @@ pub struct AttnShape {
     pub scale: f32,
     pub ctx: usize,
     pub split: Split,
+    /// One token (decode) whose Q and K are not rotated and whose K/V are not in the pages yet:
+    /// attention rotates them with the RoPE table, reads the token's own K/V from its row and
+    /// writes them to the pages (rope + kv_write + attention in one dispatch). The row holds
+    /// Q | K | V, K right after the `n_head` query heads.
+    pub fused: bool,
 }
 
 /// How attention spreads a query's positions over invocations (flash-decoding).
@@ -296,11 +376,18 @@ pub fn attention_scratch_bytes(t: usize, n_head: usize, head_dim: usize, ctx: us
 }
 
 /// Causal GQA attention of `t` queries at positions `pos` over the pages in `table`. Few queries
-/// over a long context are split over positions (partials in `part`, then merged).
+/// over a long context are split over positions (partials in `part`, then merged). `rope` is the
+/// `(cos, sin)` table `[max_pos, head_dim/2]` ([`AttnShape::fused`] uses it).
 #[allow(clippy::too_many_arguments)]
-pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buffer, table: &wgpu::Buffer, table_len: usize, kv: &KvPages, out: &wgpu::Buffer, part: &wgpu::Buffer) -> Result<()> {
+pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buffer, table: &wgpu::Buffer, table_len: usize, kv: &KvPages, rope: &wgpu::Buffer, out: &wgpu::Buffer, part: &wgpu::Buffer) -> Result<()> {
     if !s.n_head.is_multiple_of(kv.n_kv) || !s.q_stride.is_multiple_of(4) || s.n_head * kv.head_dim > s.q_stride {
         return Err(Error::shape("attention", format!("{} query heads over {} KV heads, rows of {}", s.n_head, kv.n_kv, s.q_stride)));
+    }
+    if rope.size() < 16 {
+        return Err(Error::shape("attention", "the RoPE table binding needs at least 16 bytes"));
+    }
+    if s.fused && (s.t != 1 || (s.n_head + 2 * kv.n_kv) * kv.head_dim > s.q_stride || (rope.size() as usize) < 4 * kv.head_dim) {
+        return Err(Error::shape("attention", format!("fused RoPE + KV write needs one token with Q|K|V rows ({} tokens, rows of {}) and a RoPE table", s.t, s.q_stride)));
     }
     need("attention", "q", q, s.t * s.q_stride)?;
     need("attention", "positions", pos, s.t)?;
@@ -328,8 +415,8 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     let cpu = b.gpu().info.device_type == wgpu::DeviceType::Cpu;
     let group = if cpu && ratio <= 8 && ratio * kv.head_dim / 4 <= 128 { ratio } else { 1 };
     let params = [u(s.t), u(s.n_head), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.q_stride), s.scale.to_bits(), u(table_len), u(splits), u(span)];
-    let buffers = [q, pos, table, &kv.k, &kv.v, out, part];
-    let consts = [("GROUP", group as f64)];
+    let buffers = [q, pos, table, &kv.k, &kv.v, out, part, rope];
+    let consts = [("GROUP", group as f64), ("FUSED", s.fused as u32 as f64)];
     b.dispatch(&ATTENTION, &consts, &params, &buffers, groups_1d(b.gpu(), heads / group * splits))?;
     if splits > 1 {
         b.dispatch(&ATTENTION_COMBINE, &[], &params, &buffers, [u(heads).div_ceil(64), 1, 1])?;

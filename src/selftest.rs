@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Batch, Gpu};
-use crate::ops::{self, AttnShape, KvPages, KvSource, RopeShape, Split, Weight};
+use crate::ops::{self, AttnShape, KvPages, KvSource, MatvecKind, RopeShape, Split, Weight, XLoad};
 use crate::oracle;
 use crate::quant::{self, Format};
 
@@ -15,16 +15,31 @@ pub enum Check {
     Matmul { format: Format, t: usize, k: usize, n: usize },
     /// `y += x · Wᵀ` (the residual fused into a projection).
     MatmulAcc { format: Format, t: usize, k: usize, n: usize },
+    /// One token's projection on a matrix-vector kernel, from row `x_row` of x, with the op
+    /// before it fused into the x-load, `y +=` with `acc`.
+    Matvec { format: Format, k: usize, n: usize, x_row: usize, op: Fused, acc: bool, kind: MatvecKind },
     RmsNorm { rows: usize, dim: usize },
     Rope { t: usize, heads: usize, extra_heads: usize, head_dim: usize, max_pos: usize },
     SwiGlu { t: usize, f: usize },
     Embed { t: usize, vocab: usize, dim: usize },
     Add { n: usize },
     Argmax { rows: usize, n: usize },
+    /// Greedy feed: the argmax goes to `ids[slot]` and `tokens[0]`, `pos[0]` advances.
+    ArgmaxFeed { n: usize, slot: usize },
     /// `past` tokens already cached, then `t` new ones; pages shuffled in a pool of `pool` pages.
     Attention { past: usize, t: usize, n_head: usize, n_kv: usize, head_dim: usize, page: usize, pool: usize },
+    /// A decode step's attention with RoPE and the KV write fused in, after `past` cached tokens.
+    DecodeAttention { past: usize, n_head: usize, n_kv: usize, head_dim: usize, page: usize, pool: usize },
     /// Copy the first `n` positions of one page to another (copy-on-write of a shared page).
     KvCopy { pages: usize, page: usize, n_kv: usize, head_dim: usize, n: usize },
+}
+
+/// The op a [`Check::Matvec`] fuses into its x-load (see [`XLoad`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fused {
+    None,
+    RmsNorm,
+    SwiGlu,
 }
 
 /// What a check measured.
@@ -43,12 +58,19 @@ impl Check {
         match self {
             Check::Matmul { format, t, k, n } => format!("matmul {} T={t} K={k} N={n}", format.name()),
             Check::MatmulAcc { format, t, k, n } => format!("matmul+= {} T={t} K={k} N={n}", format.name()),
+            Check::Matvec { format, k, n, x_row, op, acc, kind } => {
+                format!("matvec {kind:?} {} K={k} N={n} x_row={x_row} fused={op:?}{}", format.name(), if *acc { " +=" } else { "" })
+            }
             Check::RmsNorm { rows, dim } => format!("rmsnorm rows={rows} dim={dim}"),
             Check::Rope { t, heads, extra_heads, head_dim, max_pos } => format!("rope T={t} heads={heads}+{extra_heads} hd={head_dim} max_pos={max_pos}"),
             Check::SwiGlu { t, f } => format!("swiglu T={t} F={f}"),
             Check::Embed { t, vocab, dim } => format!("embed Q8_0 T={t} vocab={vocab} dim={dim}"),
             Check::Add { n } => format!("add n={n}"),
             Check::Argmax { rows, n } => format!("argmax rows={rows} n={n}"),
+            Check::ArgmaxFeed { n, slot } => format!("argmax feed n={n} slot={slot}"),
+            Check::DecodeAttention { past, n_head, n_kv, head_dim, page, pool } => {
+                format!("rope+kv_write+attention (fused) past={past} heads={n_head}/{n_kv} hd={head_dim} page={page} pool={pool}")
+            }
             Check::Attention { past, t, n_head, n_kv, head_dim, page, pool } => {
                 format!("kv_write+attention past={past} T={t} heads={n_head}/{n_kv} hd={head_dim} page={page} pool={pool}")
             }
@@ -64,6 +86,15 @@ impl Check {
             v.push(Check::Matmul { format, t: 1, k: 96, n: 37 });
             v.push(Check::Matmul { format, t: 7, k: 64, n: 45 });
         }
+        for kind in [MatvecKind::Rows, MatvecKind::Coop] {
+            for (op, acc) in [(Fused::RmsNorm, false), (Fused::SwiGlu, true)] {
+                v.push(Check::Matvec { format: Format::Q4_1, k: 64, n: 37, x_row: 1, op, acc, kind });
+            }
+            v.push(Check::Matvec { format: Format::Q8_0, k: 96, n: 33, x_row: 0, op: Fused::RmsNorm, acc: false, kind });
+        }
+        v.push(Check::ArgmaxFeed { n: 1000, slot: 2 });
+        v.push(Check::DecodeAttention { past: 9, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 });
+        v.push(Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 });
         v.push(Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 64, n: 33 });
         v.push(Check::MatmulAcc { format: Format::Q4_1, t: 5, k: 64, n: 33 });
         v.extend([
@@ -89,6 +120,36 @@ impl Check {
         match *self {
             Check::Matmul { format, t, k, n } => matmul(gpu, &mut rng, name, [t, k, n], format, false, reps).await,
             Check::MatmulAcc { format, t, k, n } => matmul(gpu, &mut rng, name, [t, k, n], format, true, reps).await,
+            Check::Matvec { format, k, n, x_row, op, acc, kind } => {
+                let width = if op == Fused::SwiGlu { 2 * k } else { k };
+                let x = rng.vec((x_row + 1) * width, 1.0);
+                let nw = rng.vec(k, 1.0);
+                let wq = quant::quantize(format, &rng.vec(n * k, 0.5))?;
+                let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
+                let (xb, nwb) = (gpu.upload("x", &x).await?, gpu.upload("norm weight", &nw).await?);
+                let y0 = rng.vec(n, 1.0);
+                let yb = gpu.upload("y", &y0).await?;
+                let row = &x[x_row * width..];
+                let xr = match op {
+                    Fused::None => row.to_vec(),
+                    Fused::RmsNorm => oracle::rmsnorm(row, &nw, 1, k, 1e-5),
+                    Fused::SwiGlu => oracle::swiglu(row, 1, k),
+                };
+                let xl = match op {
+                    Fused::None => XLoad::Plain,
+                    Fused::RmsNorm => XLoad::RmsNorm { w: &nwb, eps: 1e-5 },
+                    Fused::SwiGlu => XLoad::SwiGlu,
+                };
+                let (mut want, mag) = oracle::matmul(&xr, &quant::dequantize(format, &wq)?, 1, k, n);
+                if acc {
+                    want.iter_mut().zip(&y0).for_each(|(a, b)| *a += b);
+                }
+                ops_once(gpu, |b| ops::matvec(b, &xb, x_row, xl, &w, &yb, acc, kind)).await?;
+                let got = gpu.read_f32(&yb, n).await?;
+                let max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 3e-5 * (mag[i] + if acc { y0[i].abs() } else { 0.0 }))?;
+                let ms = if reps > 0 && !acc { execute(gpu, reps, |b| ops::matvec(b, &xb, x_row, xl, &w, &yb, false, kind)).await? } else { None };
+                Ok(Report::timed(name, max_err, ms, w.buf.size() as f64, "GB/s"))
+            }
             Check::RmsNorm { rows, dim } => {
                 let x = rng.vec(rows * dim, 2.0);
                 let w = rng.vec(dim, 1.0);
@@ -165,8 +226,27 @@ impl Check {
                 }
                 Ok(Report { name, max_err: 0.0, ms: None, rate: None })
             }
+            Check::ArgmaxFeed { n, slot } => {
+                let x = rng.vec(n, 10.0);
+                let xb = gpu.upload("x", &x).await?;
+                let ids0: Vec<u32> = (0..slot + 2).map(|i| 1000 + i as u32).collect();
+                let ib = gpu.upload("ids", &ids0).await?;
+                let (tb, pb) = (gpu.upload("tokens", &[7u32]).await?, gpu.upload("pos", &[41u32]).await?);
+                ops_once(gpu, |b| ops::argmax_feed(b, &xb, n, &ib, slot, &tb, &pb)).await?;
+                let best = oracle::argmax(&x, 1, n)[0];
+                let mut want = ids0.clone();
+                want[slot] = best;
+                let (ids, token, pos) = (gpu.read_u32(&ib, slot + 2).await?, gpu.read_u32(&tb, 1).await?, gpu.read_u32(&pb, 1).await?);
+                if ids != want || token != [best] || pos != [42] {
+                    return Err(Error::Mismatch(format!("{name}: ids {ids:?} token {token:?} pos {pos:?}; want ids {want:?} token {best} pos 42")));
+                }
+                Ok(Report { name, max_err: 0.0, ms: None, rate: None })
+            }
             Check::Attention { past, t, n_head, n_kv, head_dim, page, pool } => {
                 attention(gpu, &mut rng, name, [past, t, n_head, n_kv, head_dim, page, pool], reps).await
+            }
+            Check::DecodeAttention { past, n_head, n_kv, head_dim, page, pool } => {
+                decode_attention(gpu, &mut rng, name, [past, n_head, n_kv, head_dim, page, pool], reps).await
             }
             Check::KvCopy { pages, page, n_kv, head_dim, n } => {
                 let kv = KvPages::new(gpu, pages, page, n_kv, head_dim).await?;
@@ -276,15 +356,91 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
     let q: Vec<f32> = new.chunks_exact(stride).flat_map(|r| r[..qw].iter().copied()).collect();
     let want = oracle::attention(&q, &kc, &vc, &all_pos[past..], n_head, n_kv, hd, scale);
     // Fixed slices (prefill) first, then slices by parallelism (decode), which is also timed.
-    let fixed = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: Split::Fixed };
-    ops_once(gpu, |b| ops::attention(b, &qb, &fixed, &pb, &tb, n_pages, &kv, &ob, &part)).await?;
+    let fixed = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: Split::Fixed, fused: false };
+    // Unfused attention does not read the RoPE table: any read-only buffer fills its binding.
+    ops_once(gpu, |b| ops::attention(b, &qb, &fixed, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?;
     let got = gpu.read_f32(&ob, t * qw).await?;
     let fixed_err = compare(&name, "out (fixed slices)", &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?;
     let shape = AttnShape { split: Split::Auto, ..fixed };
-    let ms = execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ob, &part)).await?;
+    let ms = execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?;
     let got = gpu.read_f32(&ob, t * qw).await?;
     let max_err = compare(&name, "out", &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?.max(fixed_err);
     let bytes = (t * n_head * (past + t) * hd * 2 * 2) as f64;
+    Ok(Report::timed(name, max_err, ms, bytes, "GB/s"))
+}
+
+/// Rotates the first `heads` heads of `row` for position `pos` with the f32 table, as the GPU does.
+fn rope_f32(row: &mut [f32], table: &[[f32; 2]], pos: usize, heads: usize, hd: usize) {
+    for h in 0..heads {
+        for i in 0..hd / 2 {
+            let [c, s] = table[pos * hd / 2 + i];
+            let j = h * hd + 2 * i;
+            let (x0, x1) = (row[j], row[j + 1]);
+            row[j] = x0 * c - x1 * s;
+            row[j + 1] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/// The fused decode attention against rope → f16 K/V → attention on the CPU; the token's K/V
+/// must land in its page.
+async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6], reps: usize) -> Result<Report> {
+    let [past, n_head, n_kv, hd, page, pool] = s;
+    let ctx = past + 1;
+    let n_pages = ctx.div_ceil(page);
+    if n_pages > pool {
+        return Err(Error::shape("attention check", format!("{ctx} tokens need {n_pages} pages, pool has {pool}")));
+    }
+    let mut ids: Vec<u32> = (0..pool as u32).collect();
+    for i in (1..pool).rev() {
+        ids.swap(i, rng.below(i + 1));
+    }
+    let table = &ids[..n_pages];
+    let (qw, kw) = (n_head * hd, n_kv * hd);
+    let stride = qw + 2 * kw;
+    let rows = rng.vec(ctx * stride, 1.0);
+    let kv = KvPages::new(gpu, pool, page, n_kv, hd).await?;
+    let tb = gpu.upload("page table", table).await?;
+    let all_pos: Vec<u32> = (0..ctx as u32).collect();
+    if past > 0 {
+        let rb = gpu.upload("qkv", &rows[..past * stride]).await?;
+        let pb = gpu.upload("pos", &all_pos[..past]).await?;
+        let src = KvSource { t: past, row_stride: stride, k_off: qw, v_off: qw + kw };
+        ops_once(gpu, |b| ops::kv_write(b, &rb, &src, &pb, &tb, n_pages, &kv)).await?;
+    }
+    let rope = oracle::rope_table(ctx + 5, hd, 10000.0);
+    let ropeb = gpu.upload("rope table", &rope).await?;
+    let new = &rows[past * stride..];
+    let mut rotated = new.to_vec();
+    rope_f32(&mut rotated, &rope, past, n_head + n_kv, hd);
+    let (mut kc, mut vc) = (Vec::with_capacity(ctx * kw), Vec::with_capacity(ctx * kw));
+    for j in 0..ctx {
+        let row = if j == past { &rotated[..] } else { &rows[j * stride..(j + 1) * stride] };
+        kc.extend(row[qw..qw + kw].iter().map(|v| oracle::f16_round(*v)));
+        vc.extend(row[qw + kw..].iter().map(|v| oracle::f16_round(*v)));
+    }
+    let scale = 1.0 / (hd as f32).sqrt();
+    let want = oracle::attention(&rotated[..qw], &kc, &vc, &[past as u32], n_head, n_kv, hd, scale);
+    let qb = gpu.upload("q|k|v", new).await?;
+    let pb = gpu.upload("pos", &[past as u32]).await?;
+    let ob = gpu.storage("out", 4 * qw as u64).await?;
+    let part = gpu.storage("partials", ops::attention_scratch_bytes(1, n_head, hd, ctx)).await?;
+    let shape = AttnShape { t: 1, n_head, q_stride: stride, scale, ctx, split: Split::Auto, fused: true };
+    let run = |b: &mut Batch| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ropeb, &ob, &part);
+    let ms = execute(gpu, reps, run).await?;
+    let got = gpu.read_f32(&ob, qw).await?;
+    let max_err = compare(&name, "out", &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?;
+    // The token's own K and V, f16, in its slot.
+    for (what, buf, vals) in [("k", &kv.k, &kc), ("v", &kv.v, &vc)] {
+        let bytes = gpu.read(buf, buf.size()).await?;
+        let all: Vec<f32> = bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
+        for g in 0..n_kv {
+            let base = ((table[past / page] as usize * n_kv + g) * page + past % page) * hd;
+            let want = &vals[(past * n_kv + g) * hd..][..hd];
+            compare(&name, &format!("{what} page of the new token, head {g}"), &all[base..base + hd], want, |i| 1e-3 * want[i].abs())?;
+        }
+    }
+    let bytes = (n_head * ctx * hd * 2 * 2) as f64;
     Ok(Report::timed(name, max_err, ms, bytes, "GB/s"))
 }
 

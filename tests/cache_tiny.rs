@@ -9,6 +9,7 @@ use hotprefix::api::ChatRequest;
 use hotprefix::chat::Message;
 use hotprefix::engine::{AbortSignal, Engine, EngineOptions, Finish, GenerateParams};
 use hotprefix::gpu::Gpu;
+use hotprefix::sample::SamplingParams;
 use hotprefix::selftest::Rng;
 use hotprefix::testmodel::tiny_gguf;
 use hotprefix::Error;
@@ -208,4 +209,46 @@ async fn saved_cache() {
     assert_eq!((r.prefixes, r.skipped), (1, 1), "{r:?}");
     assert_eq!(s.cache_stats().prefixes[0].tokens, before.prefixes[0].tokens);
     s.audit_cache().unwrap();
+}
+
+gpu_test!(greedy_decoding_ahead_answers_as_step_by_step_and_stops_exactly, decoding_ahead);
+
+/// Greedy answers are decoded several steps ahead on the GPU. They must equal step-by-step
+/// sampling that picks the top token on the CPU (top-k 1), stop exactly at `max_tokens` and at a
+/// stop string that ends mid-run, and leave the cache holding exactly what the answer used.
+async fn decoding_ahead() {
+    let opts = EngineOptions { context: Some(512), page_size: 4, ..EngineOptions::default() };
+    let mut e = tiny(opts.clone()).await;
+    let mut cold = tiny(EngineOptions { cache: false, ..opts }).await;
+    let mut rng = Rng(11);
+    let prompt: Vec<u32> = (0..23).map(|_| rng.below(256) as u32).collect();
+    let top1 = GenerateParams { sampling: SamplingParams { temperature: 1.0, top_k: 1, ..SamplingParams::default() }, ..greedy(30) };
+    let want = cold.generate(&prompt, &top1, |_| {}).await.unwrap();
+    let got = cold.generate(&prompt, &greedy(30), |_| {}).await.unwrap();
+    assert_eq!(got.tokens, want.tokens, "decoded ahead vs one step at a time");
+    assert_eq!(got.finish, want.finish);
+    // max_tokens not a multiple of the steps queued at once.
+    let short = cold.generate(&prompt, &greedy(11), |_| {}).await.unwrap();
+    assert_eq!(short.tokens[..], want.tokens[..11.min(want.tokens.len())]);
+    // A stop string that ends inside a run of queued steps: the answer ends before it, and the
+    // cache keeps exactly the prompt and the tokens fed back.
+    let text = &got.text;
+    let cut = text.char_indices().map(|(i, _)| i).find(|&i| i >= text.len() / 2).unwrap_or(0);
+    let stop: String = text[cut..].chars().take(2).collect();
+    assert!(!stop.is_empty(), "the tiny model's answer has text: {text:?}");
+    let first_at = text.find(&stop).unwrap();
+    let before = e.cache_stats().pages_used;
+    let s = e.generate(&prompt, &GenerateParams { stop: vec![stop.clone()], ..greedy(30) }, |_| {}).await.unwrap();
+    assert_eq!(s.finish, Finish::Stop);
+    assert_eq!(s.text, text[..first_at], "stopped before {stop:?}");
+    e.audit_cache().unwrap();
+    // The next request on the prompt + answer finds all of it that was fed back resident.
+    let mut follow = prompt.clone();
+    follow.extend_from_slice(&s.tokens);
+    follow.push(1);
+    let f = e.generate(&follow, &greedy(0), |_| {}).await.unwrap();
+    let fed = prompt.len() + s.tokens.len() - 1;
+    assert_eq!(f.reused_tokens / 4, fed / 4, "cached {} of the {fed} positions written (pages of 4)", f.reused_tokens);
+    assert!(e.cache_stats().pages_used >= before);
+    e.audit_cache().unwrap();
 }

@@ -4,7 +4,9 @@
 
 use hotprefix::gpu::Gpu;
 use hotprefix::quant::Format;
-use hotprefix::selftest::Check;
+use hotprefix::ops::MatvecKind;
+use hotprefix::quant::Format::{F16, F32, Q4_1, Q8_0};
+use hotprefix::selftest::{Check, Fused};
 
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
@@ -79,6 +81,25 @@ gpu_test!(matmul_accumulate,
              Check::MatmulAcc { format: Format::Q8_0, t: 2, k: 64, n: 9 }],
     browser: [Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 64, n: 33 }, Check::MatmulAcc { format: Format::Q4_1, t: 5, k: 64, n: 33 }]);
 
+/// The decode projections on both matrix-vector kernels (whatever the adapter would pick), every
+/// weight format and fused op, odd N, from a later row of x, with and without the residual add.
+fn matvecs(shapes: &[(usize, usize)]) -> Vec<Check> {
+    let mut v = Vec::new();
+    for kind in [MatvecKind::Rows, MatvecKind::Coop] {
+        for (i, format) in [F32, F16, Q8_0, Q4_1].into_iter().enumerate() {
+            for (j, op) in [Fused::None, Fused::RmsNorm, Fused::SwiGlu].into_iter().enumerate() {
+                let (k, n) = shapes[(i + j) % shapes.len()];
+                v.push(Check::Matvec { format, k, n, x_row: (i + j) % 3, op, acc: j == 2, kind });
+            }
+        }
+    }
+    v
+}
+
+gpu_test!(matvec_fused,
+    native: matvecs(&[(576, 577), (1536, 67), (64, 1), (2048, 129), (96, 4099)]),
+    browser: matvecs(&[(64, 37), (96, 5)]));
+
 gpu_test!(rmsnorm,
     native: [Check::RmsNorm { rows: 1, dim: 576 }, Check::RmsNorm { rows: 67, dim: 1001 }],
     browser: [Check::RmsNorm { rows: 3, dim: 100 }]);
@@ -101,8 +122,24 @@ gpu_test!(add,
     browser: [Check::Add { n: 1001 }]);
 
 gpu_test!(argmax,
-    native: [Check::Argmax { rows: 1, n: 49152 }, Check::Argmax { rows: 5, n: 1001 }],
-    browser: [Check::Argmax { rows: 3, n: 1000 }]);
+    native: [Check::Argmax { rows: 1, n: 49152 }, Check::Argmax { rows: 5, n: 1001 }, Check::ArgmaxFeed { n: 49152, slot: 5 }],
+    browser: [Check::Argmax { rows: 3, n: 1000 }, Check::ArgmaxFeed { n: 1000, slot: 0 }]);
+
+// Decode attention with RoPE and the KV write fused in: first token, page boundaries, GQA 3 (CPU
+// adapters: one invocation per KV head), GQA 6 at head dim 128 (one invocation per head), long
+// contexts split over positions.
+gpu_test!(decode_attention,
+    native: [
+        Check::DecodeAttention { past: 0, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 3 },
+        Check::DecodeAttention { past: 31, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 5 },
+        Check::DecodeAttention { past: 47, n_head: 12, n_kv: 2, head_dim: 128, page: 16, pool: 5 },
+        Check::DecodeAttention { past: 1500, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 100 },
+        Check::DecodeAttention { past: 333, n_head: 4, n_kv: 4, head_dim: 32, page: 8, pool: 50 },
+    ],
+    browser: [
+        Check::DecodeAttention { past: 9, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
+        Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 },
+    ]);
 
 // Attention across page boundaries with shuffled pages, GQA ratios 1 and 3, decode (T = 1) and
 // prefill that starts after cached tokens.

@@ -10,6 +10,7 @@
 use hotprefix::gpu::Gpu;
 use hotprefix::kv::KvCache;
 use hotprefix::model::{Logits, Model, Options};
+use hotprefix::ops::MatvecKind;
 use hotprefix::selftest::Rng;
 use hotprefix::testmodel::{oracle_logits, tiny_gguf};
 
@@ -101,23 +102,72 @@ async fn score_matches_oracle() {
     log!("score 21 tokens: max |Δ| {max:e} on {} adapter", gpu.describe());
 }
 
-/// Prefills 13 tokens (chunks of 8 and 5), then decodes 8 more one at a time.
+/// Prefills 13 tokens (chunks of 8 and 5), then decodes 8 more one at a time, on both
+/// matrix-vector kernels (the adapter's and the other one).
 async fn decode_matches_oracle() {
-    let (gpu, file, model, kv) = load().await;
+    let (gpu, file, mut model, kv) = load().await;
     let toks = tokens(2, 21);
     let want = oracle_logits(&file, &toks).unwrap();
-    let mut seq = kv.sequence(toks.len());
-    model.prefill(&gpu, &kv, &mut seq, &toks[..13]).await.unwrap();
-    let mut max = compare("prefill", &model.read_logits(&gpu, 1).await.unwrap(), &want, 12);
-    check_argmax("prefill", &model.read_argmax(&gpu, 1).await.unwrap(), &want, 12);
-    for (i, &tok) in toks.iter().enumerate().skip(13) {
-        model.decode_step(&gpu, &kv, &mut seq, tok).await.unwrap();
-        assert_eq!(seq.len(), i + 1);
-        let what = format!("decode step at position {i}");
-        max = max.max(compare(&what, &model.read_logits(&gpu, 1).await.unwrap(), &want, i));
-        check_argmax(&what, &model.read_argmax(&gpu, 1).await.unwrap(), &want, i);
+    for kind in [MatvecKind::Rows, MatvecKind::Coop] {
+        model.use_matvec(kind);
+        let mut seq = kv.sequence(toks.len());
+        model.prefill(&gpu, &kv, &mut seq, &toks[..13]).await.unwrap();
+        let mut max = compare("prefill", &model.read_logits(&gpu, 1).await.unwrap(), &want, 12);
+        check_argmax("prefill", &model.read_argmax(&gpu, 1).await.unwrap(), &want, 12);
+        for (i, &tok) in toks.iter().enumerate().skip(13) {
+            model.decode_step(&gpu, &kv, &mut seq, tok).await.unwrap();
+            assert_eq!(seq.len(), i + 1);
+            let what = format!("{kind:?} decode step at position {i}");
+            max = max.max(compare(&what, &model.read_logits(&gpu, 1).await.unwrap(), &want, i));
+            check_argmax(&what, &model.read_argmax(&gpu, 1).await.unwrap(), &want, i);
+        }
+        log!("{kind:?}: prefill 13 + decode 8: max |Δ| {max:e}");
     }
-    log!("prefill 13 + decode 8: max |Δ| {max:e}");
+}
+
+/// Greedy decoding queued ahead on the GPU (`decode_greedy`, the argmax feeding the next step)
+/// gives the tokens and the K/V of step-by-step decoding (`decode_step` + `read_argmax`), in
+/// runs of 1, 5 and 12 steps, and after a truncation mid-run.
+async fn greedy_ahead_matches_step_by_step() {
+    let (gpu, _, model, kv) = load().await;
+    let prompt = tokens(5, 6);
+    let free = kv.free_pages();
+    let mut seq = kv.sequence(64);
+    model.prefill(&gpu, &kv, &mut seq, &prompt).await.unwrap();
+    let first = model.read_argmax(&gpu, 1).await.unwrap()[0];
+    let mut want = Vec::new();
+    let mut next = first;
+    for _ in 0..18 {
+        model.decode_step(&gpu, &kv, &mut seq, next).await.unwrap();
+        next = model.read_argmax(&gpu, 1).await.unwrap()[0];
+        want.push(next);
+    }
+    let want_logits = model.read_logits(&gpu, 1).await.unwrap();
+    drop(seq);
+    assert_eq!(kv.free_pages(), free, "pages return to the pool");
+    let mut seq = kv.sequence(64);
+    model.prefill(&gpu, &kv, &mut seq, &prompt).await.unwrap();
+    let mut got = Vec::new();
+    let mut next = first;
+    for n in [1, 5, 12] {
+        let ids = model.decode_greedy(&gpu, &kv, &mut seq, next, n).await.unwrap();
+        assert_eq!(ids.len(), n);
+        got.extend_from_slice(&ids);
+        next = *ids.last().unwrap();
+        assert_eq!(seq.len(), prompt.len() + got.len());
+    }
+    assert_eq!(got, want, "decoded ahead vs step by step");
+    // The last step's logits are the step-by-step run's, bit for bit: same kernels, same K/V.
+    assert_eq!(model.read_logits(&gpu, 1).await.unwrap(), want_logits);
+    // Steps past a stop are dropped by truncation; decoding on from there matches again.
+    seq.truncate(prompt.len() + 9).unwrap();
+    let ids = model.decode_greedy(&gpu, &kv, &mut seq, want[8], 9).await.unwrap();
+    assert_eq!(ids, want[9..18], "after truncating 9 steps decoded ahead");
+    assert!(model.decode_greedy(&gpu, &kv, &mut seq, next, 0).await.is_err(), "zero steps is an error");
+    assert!(model.decode_greedy(&gpu, &kv, &mut seq, VOCAB as u32, 2).await.is_err(), "a token past the vocabulary is an error");
+    drop(seq);
+    assert_eq!(kv.free_pages(), free, "pages return to the pool");
+    log!("greedy ahead: {} tokens as step by step", got.len());
 }
 
 /// Runs 21 tokens, truncates to 6 (mid-page), feeds a different continuation of 11 in forward
@@ -163,5 +213,6 @@ async fn matches_native_fixture() {
 
 gpu_test!(score_matches_the_cpu_oracle, score_matches_oracle);
 gpu_test!(prefill_then_decode_matches_the_cpu_oracle, decode_matches_oracle);
+gpu_test!(greedy_decoding_ahead_matches_step_by_step, greedy_ahead_matches_step_by_step);
 gpu_test!(truncate_then_refeed_matches_the_cpu_oracle, truncate_and_refeed_matches_oracle);
 gpu_test!(logits_match_the_native_fixture, matches_native_fixture);

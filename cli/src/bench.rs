@@ -8,6 +8,7 @@ use hotprefix::chat::Message;
 use hotprefix::engine::{Engine, EngineOptions};
 use hotprefix::gpu::Gpu;
 use hotprefix::model::{Model, Options};
+use hotprefix::ops::MatvecKind;
 use hotprefix::quant::Format;
 use hotprefix::selftest::{now_ms, time_matmul, Rng};
 use hotprefix::Result;
@@ -98,11 +99,19 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// `hotprefix bench [model]`: prefill tok/s at 128, 512 and 1500 prompt tokens (cold KV) and
-/// greedy decode tok/s over 128 tokens after a 128- and a 1500-token prompt; medians of 3 runs.
-pub async fn model(path: &str, json: bool) -> Result<()> {
+/// greedy decode tok/s over 128 tokens after a 128- and a 1500-token prompt, decoded as the engine
+/// does (steps queued ahead, `Model::decode_greedy`, 8 per wait), with the dispatches, passes,
+/// submissions and CPU–GPU waits each decoded token cost; medians of `runs` runs.
+pub async fn model(path: &str, json: bool, runs: usize, matvec: &str) -> Result<()> {
     let file = crate::read_model(path)?;
     let gpu = Gpu::new().await?;
-    let m = Model::load(&gpu, &file, Options { chunk: 512, context: Some(2048), ..Options::default() }).await?;
+    let mut m = Model::load(&gpu, &file, Options { chunk: 512, context: Some(2048), ..Options::default() }).await?;
+    match matvec {
+        "auto" => {}
+        "rows" => m.use_matvec(MatvecKind::Rows),
+        "coop" => m.use_matvec(MatvecKind::Coop),
+        other => return Err(hotprefix::Error::InvalidArgument(format!("--matvec {other:?}: expected auto, rows or coop"))),
+    }
     let kv = m.kv_cache(&gpu, 2048 / 16, 16).await?;
     // Token ids past the control tokens, drawn from a fixed seed: the same prompt every run.
     let mut rng = Rng(7);
@@ -115,50 +124,63 @@ pub async fn model(path: &str, json: bool) -> Result<()> {
     let mut seq = kv.sequence(1500 + 128);
     let mut prefill = Vec::new();
     for n in [128usize, 512, 1500] {
-        let mut runs = Vec::new();
-        for _ in 0..3 {
+        let mut rates = Vec::new();
+        for _ in 0..runs {
             let t = now_ms();
             m.prefill(&gpu, &kv, &mut seq, &prompt[..n]).await?;
             m.read_argmax(&gpu, 1).await?;
-            runs.push(n as f64 / ((now_ms() - t) / 1e3));
+            rates.push(n as f64 / ((now_ms() - t) / 1e3));
             seq.clear()?;
         }
-        prefill.push((n, median(&mut runs)));
+        prefill.push((n, median(&mut rates)));
     }
+    const STEPS: usize = 128;
+    const AHEAD: usize = 8;
     let mut decode = Vec::new();
+    let mut per_token = None;
     for n in [128usize, 1500] {
-        let mut runs = Vec::new();
-        for _ in 0..3 {
+        let mut rates = Vec::new();
+        for _ in 0..runs {
             m.prefill(&gpu, &kv, &mut seq, &prompt[..n]).await?;
             let mut next = m.read_argmax(&gpu, 1).await?[0];
-            let t = now_ms();
-            for _ in 0..128 {
-                m.decode_step(&gpu, &kv, &mut seq, next).await?;
-                next = m.read_argmax(&gpu, 1).await?[0];
+            let (t, c0) = (now_ms(), gpu.counters());
+            for _ in 0..STEPS / AHEAD {
+                next = *m.decode_greedy(&gpu, &kv, &mut seq, next, AHEAD).await?.last().unwrap_or(&next);
             }
-            runs.push(128.0 / ((now_ms() - t) / 1e3));
+            rates.push(STEPS as f64 / ((now_ms() - t) / 1e3));
+            let c = gpu.counters();
+            let per = |a: u64, b: u64| (a - b) as f64 / STEPS as f64;
+            per_token = Some([per(c.dispatches, c0.dispatches), per(c.passes, c0.passes), per(c.submits, c0.submits), per(c.waits, c0.waits)]);
             seq.clear()?;
         }
-        decode.push((n, median(&mut runs)));
+        decode.push((n, median(&mut rates)));
     }
+    let [dispatches, passes, submits, waits] = per_token.unwrap_or_default();
     if json {
         let out = serde_json::json!({
             "adapter": gpu.describe(),
+            "matvec": format!("{:?}", m.matvec_kind()),
             "prefill": prefill.iter().map(|(n, r)| serde_json::json!({"tokens": n, "tok_s": r})).collect::<Vec<_>>(),
             "decode_tok_s": decode[0].1,
             "decode_after": decode.iter().map(|(n, r)| serde_json::json!({"prompt_tokens": n, "tok_s": r})).collect::<Vec<_>>(),
+            "dispatches_per_token": dispatches,
+            "passes_per_token": passes,
+            "submits_per_token": submits,
+            "waits_per_token": waits,
             "weight_bytes": m.weight_bytes,
         });
         println!("{out}");
     } else {
         println!("adapter: {}", gpu.describe());
+        println!("decode matrix-vector kernel: {:?}", m.matvec_kind());
         println!("weights on the GPU: {:.1} MiB", m.weight_bytes as f64 / (1 << 20) as f64);
         for (n, r) in &prefill {
             println!("prefill {n:>5} tokens: {r:>8.1} tok/s");
         }
         for (n, r) in &decode {
-            println!("decode 128 tokens after {n:>5}: {r:>8.1} tok/s");
+            println!("decode {STEPS} tokens after {n:>5}: {r:>8.1} tok/s");
         }
+        println!("per decoded token: {dispatches:.1} dispatches, {passes:.3} passes, {submits:.3} submissions, {waits:.3} waits");
     }
     Ok(())
 }

@@ -95,6 +95,12 @@ enum Cmd {
         model: String,
         #[arg(long)]
         json: bool,
+        /// Runs per figure (the median is printed).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Decode's matrix-vector kernel: `auto` (the adapter's choice), `rows` or `coop`.
+        #[arg(long, default_value = "auto")]
+        matvec: String,
     },
 }
 
@@ -124,8 +130,8 @@ fn main() -> ExitCode {
                 let opts = EngineOptions { context, kv_budget_mb, cache: !no_cache, ..EngineOptions::default() };
                 session::run(&model, &requests, opts).await
             }
-            Cmd::Bench { what, model, json } => match what.as_str() {
-                "model" => bench::model(&model, json).await,
+            Cmd::Bench { what, model, json, runs, matvec } => match what.as_str() {
+                "model" => bench::model(&model, json, runs.max(1), &matvec).await,
                 "kernels" => bench::kernels().await,
                 "cache" => bench::cache(&model, json).await,
                 other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model, kernels or cache"))),
