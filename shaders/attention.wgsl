@@ -217,3 +217,122 @@ fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
         out[th * hd4 + i] = a / l;
     }
 }
+
+// `coop` (GPUs): a 64-lane workgroup per (token, head, slice) — no per-invocation arrays. The q
+// row goes to workgroup memory; lanes score the slice's positions (at most 256) into workgroup
+// memory; a workgroup reduction gives max and sum; then lane (d, g) sums V column quad d over
+// positions g, g + LG, … and the LG partial sums are added. Same slices, same partials and the
+// same FUSED behaviour as `main`, so `combine` merges them unchanged.
+const CL: u32 = 64u;
+const MAX_SPAN: u32 = 256u;
+var<workgroup> w_q: array<vec4<f32>, 32>;
+var<workgroup> w_s: array<f32, MAX_SPAN>;
+var<workgroup> w_red: array<vec4<f32>, CL>;
+
+@compute @workgroup_size(CL)
+fn coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let idx = wid.x + wid.y * nwg.x;
+    if idx >= p.t * p.n_head * p.splits {
+        return;
+    }
+    let split = idx % p.splits;
+    let th = idx / p.splits;
+    let t = th / p.n_head;
+    let h = th % p.n_head;
+    let g = h / (p.n_head / p.n_kv);
+    let hd4 = p.hd / 4u;
+    let own = pos[t];
+    let n = own + 1u;
+    let per = select((n + p.splits - 1u) / p.splits, p.span, p.span > 0u);
+    let start = min(n, split * per);
+    let end = min(n, start + per);
+    let krow = (t * p.q_stride + (p.n_head + g) * p.hd) / 4u;
+    if lid < hd4 {
+        var qq = q[(t * p.q_stride + h * p.hd) / 4u + lid];
+        if FUSED == 1u {
+            qq = rotate(qq, own, lid);
+            // The first query head of each KV head writes the token's K/V into its page.
+            if h % (p.n_head / p.n_kv) == 0u && start <= own && own < end {
+                let page = table[min(own / p.page, p.table_len - 1u)];
+                let base = ((page * p.n_kv + g) * p.page + own % p.page) * (p.hd / 2u);
+                let k = rotate(q[krow + lid], own, lid);
+                let v = q[krow + p.n_kv * hd4 + lid];
+                k_pages[base + 2u * lid] = pack2x16float(k.xy);
+                k_pages[base + 2u * lid + 1u] = pack2x16float(k.zw);
+                v_pages[base + 2u * lid] = pack2x16float(v.xy);
+                v_pages[base + 2u * lid + 1u] = pack2x16float(v.zw);
+            }
+        }
+        w_q[lid] = qq * p.scale;
+    }
+    workgroupBarrier();
+    // Scores, and each lane's max.
+    var mx = -3.0e38;
+    for (var j = start + lid; j < end; j += CL) {
+        let page = table[min(j / p.page, p.table_len - 1u)];
+        let base = ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
+        var s = 0.0;
+        for (var i = 0u; i < hd4; i++) {
+            s += dot(w_q[i], kv_at(true, base, i, j, own, krow));
+        }
+        w_s[j - start] = s;
+        mx = max(mx, s);
+    }
+    w_red[lid] = vec4<f32>(mx, 0.0, 0.0, 0.0);
+    for (var r = CL / 2u; r > 0u; r /= 2u) {
+        workgroupBarrier();
+        if lid < r {
+            w_red[lid].x = max(w_red[lid].x, w_red[lid + r].x);
+        }
+    }
+    workgroupBarrier();
+    let m = w_red[0].x;
+    workgroupBarrier();
+    // Weights e^(s − m) and their sum.
+    var l = 0.0;
+    for (var j = start + lid; j < end; j += CL) {
+        let e = exp(w_s[j - start] - m);
+        w_s[j - start] = e;
+        l += e;
+    }
+    w_red[lid] = vec4<f32>(l, 0.0, 0.0, 0.0);
+    for (var r = CL / 2u; r > 0u; r /= 2u) {
+        workgroupBarrier();
+        if lid < r {
+            w_red[lid].x += w_red[lid + r].x;
+        }
+    }
+    workgroupBarrier();
+    let total = w_red[0].x;
+    workgroupBarrier();
+    // Σ_j e_j · v_j: lane (d, grp) takes column quad d of positions start + grp, + lg, …
+    let lg = CL / hd4;
+    let d = lid % hd4;
+    let grp = lid / hd4;
+    var acc = vec4<f32>(0.0);
+    if grp < lg {
+        for (var j = start + grp; j < end; j += lg) {
+            let page = table[min(j / p.page, p.table_len - 1u)];
+            let base = ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
+            acc += w_s[j - start] * kv_at(false, base, d, j, own, krow);
+        }
+    }
+    w_red[lid] = acc;
+    workgroupBarrier();
+    if lid < hd4 {
+        var a = vec4<f32>(0.0);
+        for (var r = 0u; r < lg; r++) {
+            a += w_red[r * hd4 + lid];
+        }
+        if p.splits == 1u {
+            out[th * hd4 + lid] = a / total;
+        } else {
+            let pb = (th * p.splits + split) * (hd4 + 1u);
+            part[pb + lid] = a;
+            if lid == 0u {
+                // An empty slice has sum 0: combine skips it.
+                part[pb + hd4] = vec4<f32>(select(-3.0e38, m, end > start), select(0.0, total, end > start), 0.0, 0.0);
+            }
+        }
+    }
+}

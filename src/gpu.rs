@@ -80,6 +80,15 @@ pub struct Gpu {
     staging: RefCell<Option<wgpu::Buffer>>,
     batch_open: Cell<bool>,
     counters: Cell<Counters>,
+    profiler: RefCell<Option<Profiler>>,
+}
+
+/// GPU time of each dispatch, from timestamp queries around one pass per dispatch.
+struct Profiler {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    capacity: u32,
+    labels: Vec<String>,
 }
 
 /// What the CPU asked of the GPU since the [`Gpu`] was created (benchmarks read differences).
@@ -189,6 +198,7 @@ impl Gpu {
             staging: RefCell::new(None),
             batch_open: Cell::new(false),
             counters: Cell::default(),
+            profiler: RefCell::new(None),
         })
     }
 
@@ -218,6 +228,43 @@ impl Gpu {
         let mut c = self.counters.get();
         f(&mut c);
         self.counters.set(c);
+    }
+
+    /// Starts timing every dispatch (up to `capacity`) with timestamp queries: each dispatch then
+    /// gets a compute pass of its own, so the batch shape differs from normal runs (profiling
+    /// only). Needs the adapter's `timestamp-query` feature.
+    pub fn start_profile(&self, capacity: u32) -> Result<()> {
+        if !self.caps.timestamps {
+            return Err(Error::InvalidArgument(format!("{} has no timestamp queries", self.describe())));
+        }
+        let count = 2 * capacity.clamp(1, 2048);
+        let set = self.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("profile"), ty: wgpu::QueryType::Timestamp, count });
+        let resolve = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("profile resolve"),
+            size: 8 * count as u64,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        *self.profiler.borrow_mut() = Some(Profiler { set, resolve, capacity: count / 2, labels: Vec::new() });
+        Ok(())
+    }
+
+    /// Stops profiling and returns each timed dispatch's label (`file.entry` and its override
+    /// constants) and GPU milliseconds, in recording order.
+    pub async fn finish_profile(&self) -> Result<Vec<(String, f64)>> {
+        let Some(p) = self.profiler.borrow_mut().take() else {
+            return Err(Error::InvalidArgument("no profile was started".into()));
+        };
+        let n = p.labels.len() as u32;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.resolve_query_set(&p.set, 0..2 * n, &p.resolve, 0);
+        self.queue.submit([enc.finish()]);
+        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&self.read(&p.resolve, 16 * n as u64).await?);
+        let period = self.queue.get_timestamp_period() as f64;
+        Ok(p.labels.into_iter().zip(ticks.chunks_exact(2)).map(|(l, t)| (l, t[1].saturating_sub(t[0]) as f64 * period / 1e6)).collect())
     }
 
     /// Destroys the device now: its memory is freed at once, and every later call fails with
@@ -615,11 +662,22 @@ impl<'g> Batch<'g> {
         self.params.extend_from_slice(bytemuck::cast_slice(params));
         let pipeline = self.gpu.pipeline(kernel, constants);
         let bg = self.gpu.bind_group(kernel, buffers);
+        // Profiling: this dispatch in a pass of its own, timed by its begin and end timestamps.
+        let mut prof = self.gpu.profiler.borrow_mut();
+        let timed = prof.as_mut().filter(|p| (p.labels.len() as u32) < p.capacity).map(|p| {
+            let i = p.labels.len() as u32;
+            let consts: Vec<String> = constants.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            p.labels.push(format!("{}.{} {}", kernel.name, kernel.entry, consts.join(",")));
+            wgpu::ComputePassTimestampWrites { query_set: &p.set, beginning_of_pass_write_index: Some(2 * i), end_of_pass_write_index: Some(2 * i + 1) }
+        });
+        if timed.is_some() {
+            self.pass = None;
+        }
         let pass = match &mut self.pass {
             Some(p) => p,
             None => {
                 let enc = self.enc.get_or_insert_with(|| self.gpu.device.create_command_encoder(&Default::default()));
-                let pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("hotprefix"), timestamp_writes: None }).forget_lifetime();
+                let pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("hotprefix"), timestamp_writes: timed.clone() }).forget_lifetime();
                 self.gpu.count(|c| c.passes += 1);
                 self.pass.insert(pass)
             }
@@ -627,6 +685,9 @@ impl<'g> Batch<'g> {
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bg, &[offset as u32]);
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        if timed.is_some() {
+            self.pass = None;
+        }
         self.gpu.count(|c| c.dispatches += 1);
         Ok(())
     }

@@ -8,7 +8,7 @@ use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::{Batch, Gpu};
 use crate::kv::{KvCache, Sequence};
 
-use crate::ops::{self, AttnShape, KvSource, MatvecKind, RopeShape, Split, Weight, XLoad};
+use crate::ops::{self, AttnShape, KvSource, Kind, RopeShape, Split, Weight, XLoad};
 use crate::oracle;
 use crate::quant::Format;
 
@@ -154,8 +154,10 @@ pub struct Model {
     layers: Vec<Layer>,
     rope: wgpu::Buffer, // [context, hd/2] (cos, sin)
     s: Scratch,
-    /// The decode path's matrix-vector kernel (chosen for the adapter).
-    matvec: MatvecKind,
+    /// The matrix-vector and attention kernel variant (chosen for the adapter).
+    matvec: Kind,
+    /// Decode fuses the RMSNorms and the SwiGLU into the projections' x-loads (`record_decode`).
+    fuse: bool,
     /// Bytes of weights on the GPU.
     pub weight_bytes: u64,
 }
@@ -306,18 +308,26 @@ impl Model {
             weight_bytes += [&l.qkv, &l.wo, &l.gate_up, &l.down].iter().map(|w| w.buf.size()).sum::<u64>();
             weight_bytes += l.attn_norm.size() + l.ffn_norm.size();
         }
-        let matvec = MatvecKind::for_adapter(gpu);
-        Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, matvec, weight_bytes })
+        let matvec = Kind::for_adapter(gpu);
+        Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, matvec, fuse: true, weight_bytes })
     }
 
-    /// Makes decoding use matrix-vector kernel `kind` instead of the adapter's choice (tests run
-    /// both on one adapter; benchmarks compare them).
-    pub fn use_matvec(&mut self, kind: MatvecKind) {
+    /// Makes the matrix-vector and attention kernels variant `kind` instead of the adapter's
+    /// choice (tests run both on one adapter; benchmarks compare them).
+    pub fn use_kernels(&mut self, kind: Kind) {
         self.matvec = kind;
     }
 
-    /// The matrix-vector kernel decoding uses.
-    pub fn matvec_kind(&self) -> MatvecKind {
+    /// Makes decoding fuse the RMSNorms and the SwiGLU into the projections after them (`true`,
+    /// the default) or run them as dispatches of their own (`false`: 8 dispatches a layer
+    /// instead of 6; on lavapipe the two were within its run-to-run noise, docs/BENCHMARKS.md).
+    /// Tests run both; `hotprefix bench profile` compares them.
+    pub fn fuse_decode(&mut self, fuse: bool) {
+        self.fuse = fuse;
+    }
+
+    /// The matrix-vector and attention kernel variant in use.
+    pub fn kernels(&self) -> Kind {
         self.matvec
     }
 
@@ -432,7 +442,7 @@ impl Model {
             ops::rope(b, &s.qkv, &s.pos, &self.rope, &rope)?;
             let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
             ops::kv_write(b, &s.qkv, &src, &s.pos, table, table_len, kv)?;
-            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: start + t, split: Split::Fixed, fused: false };
+            let shape = AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale: 1.0 / (hd as f32).sqrt(), ctx: start + t, split: Split::Fixed, fused: false, kind: self.matvec };
             ops::attention(b, &s.qkv, &shape, &s.pos, table, table_len, kv, &self.rope, &s.att, &s.part)?;
             mm(b, &s.att, &l.wo, &s.x, true)?; // x += att · woᵀ
             // feed-forward
@@ -445,6 +455,7 @@ impl Model {
         match logits {
             Logits::None => Ok(()),
             Logits::Last => {
+                // Only the last row's norm and logits (the norm fused into the head's x-load).
                 let norm = XLoad::RmsNorm { w: &self.output_norm, eps: c.eps };
                 ops::matvec(b, &s.x, t - 1, norm, head, &s.logits, false, self.matvec)?;
                 ops::argmax(b, &s.logits, &s.argmax, 1, c.vocab)
@@ -458,26 +469,41 @@ impl Model {
     }
 
     /// One decode step, llama2.c's `forward()` for one token at `pos` (its id in `tokens[0]`, its
-    /// position in `pos[0]`): 6 dispatches a layer at most, the op before each projection fused
-    /// into its x-load. `feed`: write the argmax to `ids[slot]` and feed it to the next step.
+    /// position in `pos[0]`). RoPE and the KV write are fused into attention, the RMSNorms and
+    /// the SwiGLU into the x-load of the projection after them: 6 dispatches a layer at most
+    /// (`fuse_decode(false)`: 8). `feed`: write the argmax to `ids[slot]` and feed it to the
+    /// next step.
     fn record_decode(&self, b: &mut Batch, kv_cache: &KvCache, table: &wgpu::Buffer, pos: usize, table_len: usize, feed: Option<usize>) -> Result<()> {
         let (c, s) = (&self.cfg, &self.s);
+        let fuse = self.fuse;
         let mv = |b: &mut Batch, x: &wgpu::Buffer, xl: XLoad, w: &Weight, y: &wgpu::Buffer, acc: bool| ops::matvec(b, x, 0, xl, w, y, acc, self.matvec);
-        let norm = |w| XLoad::RmsNorm { w, eps: c.eps };
+        // y (+)= rmsnorm(x; nw) · Wᵀ
+        let norm_mv = |b: &mut Batch, nw: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer| {
+            if fuse {
+                return mv(b, &s.x, XLoad::RmsNorm { w: nw, eps: c.eps }, w, y, false);
+            }
+            ops::rmsnorm(b, &s.x, nw, &s.xn, 1, c.dim, c.eps)?;
+            mv(b, &s.xn, XLoad::Plain, w, y, false)
+        };
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         ops::embed(b, &s.tokens, &self.embed, &s.x, 1)?;
         for (l, kv) in self.layers.iter().zip(&kv_cache.layers) {
             // attention: q|k|v = norm(x) · Wqkvᵀ; RoPE, the KV write and attention in one dispatch
-            mv(b, &s.x, norm(&l.attn_norm), &l.qkv, &s.qkv, false)?;
-            let shape = AttnShape { t: 1, n_head: c.n_head, q_stride: c.qkv_width(), scale, ctx: pos + 1, split: Split::Auto, fused: true };
+            norm_mv(b, &l.attn_norm, &l.qkv, &s.qkv)?;
+            let shape = AttnShape { t: 1, n_head: c.n_head, q_stride: c.qkv_width(), scale, ctx: pos + 1, split: Split::Auto, fused: true, kind: self.matvec };
             ops::attention(b, &s.qkv, &shape, &s.pos, table, table_len, kv, &self.rope, &s.att, &s.part)?;
             mv(b, &s.att, XLoad::Plain, &l.wo, &s.x, true)?; // x += att · woᵀ
-            // feed-forward
-            mv(b, &s.x, norm(&l.ffn_norm), &l.gate_up, &s.gu, false)?;
-            mv(b, &s.gu, XLoad::SwiGlu, &l.down, &s.x, true)?; // x += swiglu(gate|up) · downᵀ
+            // feed-forward: x += swiglu(norm(x) · Wgate|upᵀ) · downᵀ
+            norm_mv(b, &l.ffn_norm, &l.gate_up, &s.gu)?;
+            if fuse {
+                mv(b, &s.gu, XLoad::SwiGlu, &l.down, &s.x, true)?;
+            } else {
+                ops::swiglu(b, &s.gu, &s.h, 1, c.ffn)?;
+                mv(b, &s.h, XLoad::Plain, &l.down, &s.x, true)?;
+            }
         }
         let head = self.output.as_ref().unwrap_or(&self.embed);
-        mv(b, &s.x, norm(&self.output_norm), head, &s.logits, false)?;
+        norm_mv(b, &self.output_norm, head, &s.logits)?;
         match feed {
             None => ops::argmax(b, &s.logits, &s.argmax, 1, c.vocab),
             Some(slot) => ops::argmax_feed(b, &s.logits, c.vocab, &s.ids, slot, &s.tokens, &s.pos),

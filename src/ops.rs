@@ -27,6 +27,7 @@ static ARGMAX_FEED: Kernel = kernel!("argmax", "feed", [Read, ReadWrite, ReadWri
 static KV_WRITE: Kernel = kernel!("kv_write", "main", [Read, Read, Read, ReadWrite, ReadWrite]);
 static KV_COPY: Kernel = kernel!("kv_copy", "main", [ReadWrite, ReadWrite]);
 static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
+static ATTENTION_COOP: Kernel = kernel!("attention", "coop", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
 static ATTENTION_COMBINE: Kernel = kernel!("attention", "combine", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
 
 /// Workgroup size of the matmul kernels along N.
@@ -109,6 +110,16 @@ fn need(op: &'static str, what: &str, buf: &wgpu::Buffer, floats: usize) -> Resu
     Ok(())
 }
 
+/// Spreads `n` workgroups over x (and y past the per-dimension limit).
+fn groups_2d(gpu: &Gpu, n: usize) -> [u32; 3] {
+    let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
+    if n <= max {
+        [n as u32, 1, 1]
+    } else {
+        [max as u32, n.div_ceil(max) as u32, 1]
+    }
+}
+
 /// Spreads `n` invocations of 64 over x (and y past the per-dimension limit).
 fn groups_1d(gpu: &Gpu, n: usize) -> [u32; 3] {
     let g = n.div_ceil(64) as u32;
@@ -146,7 +157,7 @@ fn matmul_into(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t:
     need("matmul", "x", x, t * w.k)?;
     need("matmul", "y", y, t * w.n)?;
     if !tiled {
-        return matvec_rows(b, x, 0, XLoad::Plain, w, y, t, acc, MatvecKind::for_adapter(b.gpu()));
+        return matvec_rows(b, x, 0, XLoad::Plain, w, y, t, acc, Kind::for_adapter(b.gpu()));
     }
     let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), 0, 0];
@@ -165,22 +176,26 @@ pub enum XLoad<'a> {
     SwiGlu,
 }
 
-/// Which matrix-vector kernel: chosen per adapter ([`MatvecKind::for_adapter`]).
+/// Which variant of the matrix-vector and attention kernels: chosen per adapter
+/// ([`Kind::for_adapter`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MatvecKind {
-    /// An invocation per 1–8 rows walking K alone (CPU adapters: lavapipe, SwiftShader).
+pub enum Kind {
+    /// Each invocation walks its work alone, no workgroup memory or barriers (CPU adapters:
+    /// lavapipe, SwiftShader): matvec an invocation per 1–8 rows; attention an invocation per
+    /// (token, query heads of a KV head, slice).
     Rows,
-    /// A 256-lane workgroup per 32 rows, lanes splitting K (GPUs).
+    /// Workgroups cooperate (GPUs): matvec a 256-lane workgroup per 32 rows, lanes splitting K;
+    /// attention a 64-lane workgroup per (token, head, slice), state in workgroup memory.
     Coop,
 }
 
-impl MatvecKind {
+impl Kind {
     /// `Rows` on CPU adapters, where a few fat workgroups beat many thin ones, `Coop` elsewhere.
-    pub fn for_adapter(gpu: &Gpu) -> MatvecKind {
+    pub fn for_adapter(gpu: &Gpu) -> Kind {
         if gpu.info.device_type == wgpu::DeviceType::Cpu {
-            MatvecKind::Rows
+            Kind::Rows
         } else {
-            MatvecKind::Coop
+            Kind::Coop
         }
     }
 }
@@ -188,12 +203,12 @@ impl MatvecKind {
 /// `y[0, n] (+)= xl(x[x_row, :]) · Wᵀ`: one token's projection on the matrix-vector kernel `kind`,
 /// with the op before it fused into the x-load.
 #[allow(clippy::too_many_arguments)]
-pub fn matvec(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, acc: bool, kind: MatvecKind) -> Result<()> {
+pub fn matvec(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, acc: bool, kind: Kind) -> Result<()> {
     matvec_rows(b, x, x_row, xl, w, y, 1, acc, kind)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: MatvecKind) -> Result<()> {
+fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: Kind) -> Result<()> {
     let width = if matches!(xl, XLoad::SwiGlu) { 2 * w.k } else { w.k };
     need("matvec", "x", x, (x_row + t) * width)?;
     need("matvec", "y", y, t * w.n)?;
@@ -208,7 +223,7 @@ fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Wei
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), u(x_row * width / 4), f32::to_bits(eps)];
     let consts = [("FORMAT", w.format.shader_id()), ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
     match kind {
-        MatvecKind::Rows => {
+        Kind::Rows => {
             // As many rows per invocation as leave enough workgroups to keep every core busy.
             let invocations = |r: usize| w.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
             // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
@@ -219,7 +234,7 @@ fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Wei
             let consts = [consts[0], consts[1], consts[2], ("WG", MM_WG as f64), ("R", r as f64)];
             b.dispatch(&MATVEC, &consts, &params, &[x, &w.buf, y, aux], groups)
         }
-        MatvecKind::Coop => {
+        Kind::Coop => {
             let groups = [u(w.n.div_ceil(quant::ROW_GROUP)), u(t), 1];
             b.dispatch(&MATVEC_COOP, &consts, &params, &[x, &w.buf, y, aux], groups)
         }
@@ -345,6 +360,8 @@ pub struct AttnShape {
     /// writes them to the pages (rope + kv_write + attention in one dispatch). The row holds
     /// Q | K | V, K right after the `n_head` query heads.
     pub fused: bool,
+    /// The kernel variant.
+    pub kind: Kind,
 }
 
 /// How attention spreads a query's positions over invocations (flash-decoding).
@@ -399,7 +416,20 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     let heads = s.t * s.n_head;
     let stride = 16 * (kv.head_dim / 4 + 1) as u64;
     let by_room = (part.size() / (stride * heads as u64)) as usize;
+    // GPUs: a workgroup per (token, head, slice) of at most ATTN_SPAN positions (`coop`). CPU
+    // adapters (lavapipe): an invocation per (token, KV head's query heads, slice) (`main`),
+    // reading each K/V row once for the query heads that share it.
+    let coop = s.kind == Kind::Coop;
     let (splits, span) = match s.split {
+        Split::Auto if coop => {
+            // Slices of at most ATTN_SPAN positions (the kernel's workgroup memory), more when
+            // there is room and few queries.
+            let splits = ATTN_PARALLEL.div_ceil(heads).min(s.ctx.div_ceil(ATTN_MIN_SPLIT)).min(by_room).max(s.ctx.div_ceil(ATTN_SPAN));
+            if splits > by_room.max(1) {
+                return Err(Error::shape("attention", format!("{splits} slices of {} queries need a larger partials buffer", s.t)));
+            }
+            (splits.max(1), 0)
+        }
         Split::Auto => (ATTN_PARALLEL.div_ceil(heads).min(s.ctx.div_ceil(ATTN_MIN_SPLIT)).min(by_room).max(1), 0),
         Split::Fixed => {
             let splits = s.ctx.div_ceil(ATTN_SPAN);
@@ -409,15 +439,16 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
             (splits, ATTN_SPAN)
         }
     };
-    // On a CPU adapter (lavapipe) every K/V load is costly: one invocation serves all the query
-    // heads of a KV head and reads each row once. GPUs keep one head per invocation (parallelism).
     let ratio = s.n_head / kv.n_kv;
-    let cpu = b.gpu().info.device_type == wgpu::DeviceType::Cpu;
-    let group = if cpu && ratio <= 8 && ratio * kv.head_dim / 4 <= 128 { ratio } else { 1 };
+    let group = if !coop && ratio <= 8 && ratio * kv.head_dim / 4 <= 128 { ratio } else { 1 };
     let params = [u(s.t), u(s.n_head), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.q_stride), s.scale.to_bits(), u(table_len), u(splits), u(span)];
     let buffers = [q, pos, table, &kv.k, &kv.v, out, part, rope];
-    let consts = [("GROUP", group as f64), ("FUSED", s.fused as u32 as f64)];
-    b.dispatch(&ATTENTION, &consts, &params, &buffers, groups_1d(b.gpu(), heads / group * splits))?;
+    if coop {
+        b.dispatch(&ATTENTION_COOP, &[("FUSED", s.fused as u32 as f64)], &params, &buffers, groups_2d(b.gpu(), heads * splits))?;
+    } else {
+        let consts = [("GROUP", group as f64), ("FUSED", s.fused as u32 as f64)];
+        b.dispatch(&ATTENTION, &consts, &params, &buffers, groups_1d(b.gpu(), heads / group * splits))?;
+    }
     if splits > 1 {
         b.dispatch(&ATTENTION_COMBINE, &[], &params, &buffers, [u(heads).div_ceil(64), 1, 1])?;
     }

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Batch, Gpu};
-use crate::ops::{self, AttnShape, KvPages, KvSource, MatvecKind, RopeShape, Split, Weight, XLoad};
+use crate::ops::{self, AttnShape, KvPages, KvSource, Kind, RopeShape, Split, Weight, XLoad};
 use crate::oracle;
 use crate::quant::{self, Format};
 
@@ -17,7 +17,7 @@ pub enum Check {
     MatmulAcc { format: Format, t: usize, k: usize, n: usize },
     /// One token's projection on a matrix-vector kernel, from row `x_row` of x, with the op
     /// before it fused into the x-load, `y +=` with `acc`.
-    Matvec { format: Format, k: usize, n: usize, x_row: usize, op: Fused, acc: bool, kind: MatvecKind },
+    Matvec { format: Format, k: usize, n: usize, x_row: usize, op: Fused, acc: bool, kind: Kind },
     RmsNorm { rows: usize, dim: usize },
     Rope { t: usize, heads: usize, extra_heads: usize, head_dim: usize, max_pos: usize },
     SwiGlu { t: usize, f: usize },
@@ -86,7 +86,7 @@ impl Check {
             v.push(Check::Matmul { format, t: 1, k: 96, n: 37 });
             v.push(Check::Matmul { format, t: 7, k: 64, n: 45 });
         }
-        for kind in [MatvecKind::Rows, MatvecKind::Coop] {
+        for kind in [Kind::Rows, Kind::Coop] {
             for (op, acc) in [(Fused::RmsNorm, false), (Fused::SwiGlu, true)] {
                 v.push(Check::Matvec { format: Format::Q4_1, k: 64, n: 37, x_row: 1, op, acc, kind });
             }
@@ -355,16 +355,22 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
     let part = gpu.storage("partials", ops::attention_scratch_bytes(t, n_head, hd, ctx)).await?;
     let q: Vec<f32> = new.chunks_exact(stride).flat_map(|r| r[..qw].iter().copied()).collect();
     let want = oracle::attention(&q, &kc, &vc, &all_pos[past..], n_head, n_kv, hd, scale);
-    // Fixed slices (prefill) first, then slices by parallelism (decode), which is also timed.
-    let fixed = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: Split::Fixed, fused: false };
-    // Unfused attention does not read the RoPE table: any read-only buffer fills its binding.
-    ops_once(gpu, |b| ops::attention(b, &qb, &fixed, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?;
-    let got = gpu.read_f32(&ob, t * qw).await?;
-    let fixed_err = compare(&name, "out (fixed slices)", &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?;
-    let shape = AttnShape { split: Split::Auto, ..fixed };
-    let ms = execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?;
-    let got = gpu.read_f32(&ob, t * qw).await?;
-    let max_err = compare(&name, "out", &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?.max(fixed_err);
+    // Both kernel variants; fixed slices (prefill) first, then slices by parallelism (decode),
+    // which is also timed (the adapter's own variant).
+    let mut max_err = 0f32;
+    let mut ms = None;
+    for kind in [Kind::Rows, Kind::Coop] {
+        let fixed = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: Split::Fixed, fused: false, kind };
+        // Unfused attention does not read the RoPE table: any read-only buffer fills its binding.
+        ops_once(gpu, |b| ops::attention(b, &qb, &fixed, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?;
+        let got = gpu.read_f32(&ob, t * qw).await?;
+        max_err = max_err.max(compare(&name, &format!("out ({kind:?}, fixed slices)"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
+        let shape = AttnShape { split: Split::Auto, ..fixed };
+        let reps = if kind == Kind::for_adapter(gpu) { reps } else { 0 };
+        ms = ms.or(execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?);
+        let got = gpu.read_f32(&ob, t * qw).await?;
+        max_err = max_err.max(compare(&name, &format!("out ({kind:?})"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
+    }
     let bytes = (t * n_head * (past + t) * hd * 2 * 2) as f64;
     Ok(Report::timed(name, max_err, ms, bytes, "GB/s"))
 }
@@ -402,12 +408,6 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
     let kv = KvPages::new(gpu, pool, page, n_kv, hd).await?;
     let tb = gpu.upload("page table", table).await?;
     let all_pos: Vec<u32> = (0..ctx as u32).collect();
-    if past > 0 {
-        let rb = gpu.upload("qkv", &rows[..past * stride]).await?;
-        let pb = gpu.upload("pos", &all_pos[..past]).await?;
-        let src = KvSource { t: past, row_stride: stride, k_off: qw, v_off: qw + kw };
-        ops_once(gpu, |b| ops::kv_write(b, &rb, &src, &pb, &tb, n_pages, &kv)).await?;
-    }
     let rope = oracle::rope_table(ctx + 5, hd, 10000.0);
     let ropeb = gpu.upload("rope table", &rope).await?;
     let new = &rows[past * stride..];
@@ -425,19 +425,36 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
     let pb = gpu.upload("pos", &[past as u32]).await?;
     let ob = gpu.storage("out", 4 * qw as u64).await?;
     let part = gpu.storage("partials", ops::attention_scratch_bytes(1, n_head, hd, ctx)).await?;
-    let shape = AttnShape { t: 1, n_head, q_stride: stride, scale, ctx, split: Split::Auto, fused: true };
-    let run = |b: &mut Batch| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ropeb, &ob, &part);
-    let ms = execute(gpu, reps, run).await?;
-    let got = gpu.read_f32(&ob, qw).await?;
-    let max_err = compare(&name, "out", &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?;
-    // The token's own K and V, f16, in its slot.
-    for (what, buf, vals) in [("k", &kv.k, &kc), ("v", &kv.v, &vc)] {
-        let bytes = gpu.read(buf, buf.size()).await?;
-        let all: Vec<f32> = bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
-        for g in 0..n_kv {
-            let base = ((table[past / page] as usize * n_kv + g) * page + past % page) * hd;
-            let want = &vals[(past * n_kv + g) * hd..][..hd];
-            compare(&name, &format!("{what} page of the new token, head {g}"), &all[base..base + hd], want, |i| 1e-3 * want[i].abs())?;
+    let mut max_err = 0f32;
+    let mut ms = None;
+    for kind in [Kind::Rows, Kind::Coop] {
+        // The pages start without the token's K/V each time.
+        let stale = vec![0u32; (kv.k.size() / 4) as usize];
+        gpu.write(&kv.k, 0, &stale);
+        gpu.write(&kv.v, 0, &stale);
+        if past > 0 {
+            let rb = gpu.upload("qkv", &rows[..past * stride]).await?;
+            let pb = gpu.upload("pos", &all_pos[..past]).await?;
+            let src = KvSource { t: past, row_stride: stride, k_off: qw, v_off: qw + kw };
+            ops_once(gpu, |b| ops::kv_write(b, &rb, &src, &pb, &tb, n_pages, &kv)).await?;
+        }
+        let shape = AttnShape { t: 1, n_head, q_stride: stride, scale, ctx, split: Split::Auto, fused: true, kind };
+        let run = |b: &mut Batch| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ropeb, &ob, &part);
+        ops_once(gpu, run).await?;
+        let got = gpu.read_f32(&ob, qw).await?;
+        max_err = max_err.max(compare(&name, &format!("out ({kind:?})"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
+        // The token's own K and V, f16, in its slot.
+        for (what, buf, vals) in [("k", &kv.k, &kc), ("v", &kv.v, &vc)] {
+            let bytes = gpu.read(buf, buf.size()).await?;
+            let all: Vec<f32> = bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
+            for g in 0..n_kv {
+                let base = ((table[past / page] as usize * n_kv + g) * page + past % page) * hd;
+                let want = &vals[(past * n_kv + g) * hd..][..hd];
+                compare(&name, &format!("{what} page of the new token, head {g} ({kind:?})"), &all[base..base + hd], want, |i| 1e-3 * want[i].abs())?;
+            }
+        }
+        if kind == Kind::for_adapter(gpu) {
+            ms = execute(gpu, reps, run).await?;
         }
     }
     let bytes = (n_head * ctx * hd * 2 * 2) as f64;

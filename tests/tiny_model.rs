@@ -10,7 +10,7 @@
 use hotprefix::gpu::Gpu;
 use hotprefix::kv::KvCache;
 use hotprefix::model::{Logits, Model, Options};
-use hotprefix::ops::MatvecKind;
+use hotprefix::ops::Kind;
 use hotprefix::selftest::Rng;
 use hotprefix::testmodel::{oracle_logits, tiny_gguf};
 
@@ -103,13 +103,15 @@ async fn score_matches_oracle() {
 }
 
 /// Prefills 13 tokens (chunks of 8 and 5), then decodes 8 more one at a time, on both
-/// matrix-vector kernels (the adapter's and the other one).
+/// matrix-vector kernels (the adapter's and the other one), with the norms and SwiGLU fused into
+/// the projections and not.
 async fn decode_matches_oracle() {
     let (gpu, file, mut model, kv) = load().await;
     let toks = tokens(2, 21);
     let want = oracle_logits(&file, &toks).unwrap();
-    for kind in [MatvecKind::Rows, MatvecKind::Coop] {
-        model.use_matvec(kind);
+    for (kind, fuse) in [(Kind::Rows, true), (Kind::Rows, false), (Kind::Coop, true)] {
+        model.use_kernels(kind);
+        model.fuse_decode(fuse);
         let mut seq = kv.sequence(toks.len());
         model.prefill(&gpu, &kv, &mut seq, &toks[..13]).await.unwrap();
         let mut max = compare("prefill", &model.read_logits(&gpu, 1).await.unwrap(), &want, 12);
@@ -117,11 +119,11 @@ async fn decode_matches_oracle() {
         for (i, &tok) in toks.iter().enumerate().skip(13) {
             model.decode_step(&gpu, &kv, &mut seq, tok).await.unwrap();
             assert_eq!(seq.len(), i + 1);
-            let what = format!("{kind:?} decode step at position {i}");
+            let what = format!("{kind:?} (fused {fuse}) decode step at position {i}");
             max = max.max(compare(&what, &model.read_logits(&gpu, 1).await.unwrap(), &want, i));
             check_argmax(&what, &model.read_argmax(&gpu, 1).await.unwrap(), &want, i);
         }
-        log!("{kind:?}: prefill 13 + decode 8: max |Δ| {max:e}");
+        log!("{kind:?}, fused {fuse}: prefill 13 + decode 8: max |Δ| {max:e}");
     }
 }
 

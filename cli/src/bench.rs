@@ -8,7 +8,7 @@ use hotprefix::chat::Message;
 use hotprefix::engine::{Engine, EngineOptions};
 use hotprefix::gpu::Gpu;
 use hotprefix::model::{Model, Options};
-use hotprefix::ops::MatvecKind;
+use hotprefix::ops::Kind;
 use hotprefix::quant::Format;
 use hotprefix::selftest::{now_ms, time_matmul, Rng};
 use hotprefix::Result;
@@ -106,12 +106,7 @@ pub async fn model(path: &str, json: bool, runs: usize, matvec: &str) -> Result<
     let file = crate::read_model(path)?;
     let gpu = Gpu::new().await?;
     let mut m = Model::load(&gpu, &file, Options { chunk: 512, context: Some(2048), ..Options::default() }).await?;
-    match matvec {
-        "auto" => {}
-        "rows" => m.use_matvec(MatvecKind::Rows),
-        "coop" => m.use_matvec(MatvecKind::Coop),
-        other => return Err(hotprefix::Error::InvalidArgument(format!("--matvec {other:?}: expected auto, rows or coop"))),
-    }
+    choose_matvec(&mut m, matvec)?;
     let kv = m.kv_cache(&gpu, 2048 / 16, 16).await?;
     // Token ids past the control tokens, drawn from a fixed seed: the same prompt every run.
     let mut rng = Rng(7);
@@ -159,7 +154,7 @@ pub async fn model(path: &str, json: bool, runs: usize, matvec: &str) -> Result<
     if json {
         let out = serde_json::json!({
             "adapter": gpu.describe(),
-            "matvec": format!("{:?}", m.matvec_kind()),
+            "matvec": format!("{:?}", m.kernels()),
             "prefill": prefill.iter().map(|(n, r)| serde_json::json!({"tokens": n, "tok_s": r})).collect::<Vec<_>>(),
             "decode_tok_s": decode[0].1,
             "decode_after": decode.iter().map(|(n, r)| serde_json::json!({"prompt_tokens": n, "tok_s": r})).collect::<Vec<_>>(),
@@ -172,7 +167,7 @@ pub async fn model(path: &str, json: bool, runs: usize, matvec: &str) -> Result<
         println!("{out}");
     } else {
         println!("adapter: {}", gpu.describe());
-        println!("decode matrix-vector kernel: {:?}", m.matvec_kind());
+        println!("decode matrix-vector kernel: {:?}", m.kernels());
         println!("weights on the GPU: {:.1} MiB", m.weight_bytes as f64 / (1 << 20) as f64);
         for (n, r) in &prefill {
             println!("prefill {n:>5} tokens: {r:>8.1} tok/s");
@@ -181,6 +176,99 @@ pub async fn model(path: &str, json: bool, runs: usize, matvec: &str) -> Result<
             println!("decode {STEPS} tokens after {n:>5}: {r:>8.1} tok/s");
         }
         println!("per decoded token: {dispatches:.1} dispatches, {passes:.3} passes, {submits:.3} submissions, {waits:.3} waits");
+    }
+    Ok(())
+}
+
+/// `--matvec auto|rows|coop`.
+fn choose_matvec(m: &mut Model, matvec: &str) -> Result<()> {
+    match matvec {
+        "auto" => {}
+        "rows" => m.use_kernels(Kind::Rows),
+        "coop" => m.use_kernels(Kind::Coop),
+        other => return Err(hotprefix::Error::InvalidArgument(format!("--matvec {other:?}: expected auto, rows or coop"))),
+    }
+    Ok(())
+}
+
+/// `hotprefix bench profile`: where the GPU time goes, from timestamp queries around every
+/// dispatch (one pass each while profiling): a decode step after 128 and after 1,500 tokens
+/// (mean of 8 steps), and the last 500-token chunk of a 1,500-token prefill. Per kernel (file,
+/// entry point and override constants): dispatches and milliseconds.
+pub async fn profile(path: &str, json: bool, section: &str, matvec: &str) -> Result<()> {
+    let (decode, prefill): (&[usize], bool) = match section {
+        "all" => (&[128, 1500], true),
+        "decode" => (&[128, 1500], false),
+        "decode-short" => (&[128], false),
+        "prefill" => (&[], true),
+        other => return Err(hotprefix::Error::InvalidArgument(format!("--section {other:?}: expected decode, decode-short, prefill or all"))),
+    };
+    let file = crate::read_model(path)?;
+    let gpu = Gpu::new().await?;
+    let mut m = Model::load(&gpu, &file, Options { chunk: 500, context: Some(2048), ..Options::default() }).await?;
+    choose_matvec(&mut m, matvec)?;
+    let kv = m.kv_cache(&gpu, 2048 / 16, 16).await?;
+    let mut rng = Rng(7);
+    let vocab = m.cfg.vocab;
+    let prompt: Vec<u32> = (0..1500).map(|_| 17 + rng.below(vocab.saturating_sub(17).max(1)) as u32).collect();
+    let mut seq = kv.sequence(1500 + 16);
+    let mut sections = Vec::new();
+    // Each decode configuration twice, alternating (this machine's speed drifts).
+    let fused = [false, true, false, true];
+    for &n in decode {
+        for fuse in fused {
+            m.fuse_decode(fuse);
+            m.prefill(&gpu, &kv, &mut seq, &prompt[..n]).await?;
+            let next = m.read_argmax(&gpu, 1).await?[0];
+            gpu.start_profile(2048)?;
+            let t = now_ms();
+            m.decode_greedy(&gpu, &kv, &mut seq, next, 4).await?;
+            let wall = (now_ms() - t) / 4.0;
+            let how = if fuse { "norms and SwiGLU fused into the projections" } else { "norms and SwiGLU as dispatches" };
+            sections.push((format!("decode step after {n} tokens, {how} (per token, mean of 4)"), gpu.finish_profile().await?, 4.0, wall));
+            seq.clear()?;
+        }
+    }
+    if prefill {
+        m.prefill(&gpu, &kv, &mut seq, &prompt[..1000]).await?;
+        gpu.start_profile(2048)?;
+        let t = now_ms();
+        m.forward(&gpu, &kv, &mut seq, &prompt[1000..1500], hotprefix::model::Logits::Last).await?;
+        gpu.finish().await?;
+        let wall = now_ms() - t;
+        sections.push(("prefill positions 1000..1500 (one 500-token chunk)".to_string(), gpu.finish_profile().await?, 1.0, wall));
+        seq.clear()?;
+    }
+    let mut out = Vec::new();
+    if !json {
+        println!("adapter: {}", gpu.describe());
+    }
+    for (title, timings, per, wall) in sections {
+        let mut by: Vec<(String, usize, f64)> = Vec::new();
+        for (label, ms) in timings {
+            match by.iter_mut().find(|(l, _, _)| *l == label) {
+                Some(e) => {
+                    e.1 += 1;
+                    e.2 += ms;
+                }
+                None => by.push((label, 1, ms)),
+            }
+        }
+        by.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let total: f64 = by.iter().map(|e| e.2).sum::<f64>() / per;
+        if json {
+            out.push(serde_json::json!({"section": title, "wall_ms": wall, "gpu_ms": total,
+                "kernels": by.iter().map(|(l, c, ms)| serde_json::json!({"kernel": l, "dispatches": *c as f64 / per, "ms": ms / per})).collect::<Vec<_>>()}));
+            continue;
+        }
+        println!("\n{title}: GPU {total:.2} ms of {wall:.2} ms wall (profiling: one pass per dispatch)");
+        println!("{:>9} {:>7} {:>6}  kernel", "ms", "share", "count");
+        for (label, count, ms) in &by {
+            println!("{:>9.3} {:>6.1}% {:>6.1}  {label}", ms / per, 100.0 * ms / per / total, *count as f64 / per);
+        }
+    }
+    if json {
+        println!("{}", serde_json::json!({"adapter": gpu.describe(), "sections": out}));
     }
     Ok(())
 }

@@ -88,7 +88,7 @@ enum Cmd {
     /// Benchmarks: the model (prefill and decode tok/s), `kernels`, or `cache` (TTFT cold vs warm,
     /// and prefill efficiency over a scripted chat).
     Bench {
-        /// `model` (default), `kernels` or `cache`.
+        /// `model` (default), `kernels`, `cache` or `profile` (GPU time per kernel, timestamp queries).
         #[arg(default_value = "model")]
         what: String,
         #[arg(long, default_value = DEFAULT_MODEL)]
@@ -101,6 +101,9 @@ enum Cmd {
         /// Decode's matrix-vector kernel: `auto` (the adapter's choice), `rows` or `coop`.
         #[arg(long, default_value = "auto")]
         matvec: String,
+        /// `bench profile`: `decode`, `decode-short` (after 128 tokens only), `prefill` or `all`.
+        #[arg(long, default_value = "all")]
+        section: String,
     },
 }
 
@@ -130,11 +133,12 @@ fn main() -> ExitCode {
                 let opts = EngineOptions { context, kv_budget_mb, cache: !no_cache, ..EngineOptions::default() };
                 session::run(&model, &requests, opts).await
             }
-            Cmd::Bench { what, model, json, runs, matvec } => match what.as_str() {
+            Cmd::Bench { what, model, json, runs, matvec, section } => match what.as_str() {
                 "model" => bench::model(&model, json, runs.max(1), &matvec).await,
                 "kernels" => bench::kernels().await,
+                "profile" => bench::profile(&model, json, &section, &matvec).await,
                 "cache" => bench::cache(&model, json).await,
-                other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model, kernels or cache"))),
+                other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model, kernels, cache or profile"))),
             },
         }
     });
