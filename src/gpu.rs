@@ -207,8 +207,9 @@ impl Gpu {
         // Browsers hide the adapter's name; say what it is instead of printing nothing.
         let name = if self.info.name.is_empty() { "WebGPU adapter" } else { self.info.name.as_str() };
         format!(
-            "{} ({:?}, driver {} {}; f16={} subgroups={} timestamps={}; max binding {} MiB)",
+            "{} ({:?} {:?}, driver {} {}; f16={} subgroups={} timestamps={}; max binding {} MiB)",
             name,
+            self.info.device_type,
             self.info.backend,
             self.info.driver,
             self.info.driver_info,
@@ -249,8 +250,8 @@ impl Gpu {
         Ok(())
     }
 
-    /// Stops profiling and returns each timed dispatch's label (`file.entry` and its override
-    /// constants) and GPU milliseconds, in recording order.
+    /// Stops profiling and returns each timed dispatch's label (`file.entry`, its override
+    /// constants and its workgroup counts) and GPU milliseconds, in recording order.
     pub async fn finish_profile(&self) -> Result<Vec<(String, f64)>> {
         let Some(p) = self.profiler.borrow_mut().take() else {
             return Err(Error::InvalidArgument("no profile was started".into()));
@@ -667,7 +668,7 @@ impl<'g> Batch<'g> {
         let timed = prof.as_mut().filter(|p| (p.labels.len() as u32) < p.capacity).map(|p| {
             let i = p.labels.len() as u32;
             let consts: Vec<String> = constants.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            p.labels.push(format!("{}.{} {}", kernel.name, kernel.entry, consts.join(",")));
+            p.labels.push(format!("{}.{} {} {groups:?}", kernel.name, kernel.entry, consts.join(",")));
             wgpu::ComputePassTimestampWrites { query_set: &p.set, beginning_of_pass_write_index: Some(2 * i), end_of_pass_write_index: Some(2 * i + 1) }
         });
         if timed.is_some() {

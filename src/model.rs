@@ -309,7 +309,11 @@ impl Model {
             weight_bytes += l.attn_norm.size() + l.ffn_norm.size();
         }
         let matvec = Kind::for_adapter(gpu);
-        Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, matvec, fuse: true, weight_bytes })
+        // Fusing the norms and the SwiGLU into the x-load pays on GPUs; on CPU adapters each invocation
+        // walks the whole x, so a fused x-load repeats the norm-weight loads and the exps per
+        // invocation, which costs more there than the dispatches saved (docs/BENCHMARKS.md).
+        let fuse = matvec == Kind::Coop;
+        Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, matvec, fuse, weight_bytes })
     }
 
     /// Makes the matrix-vector and attention kernels variant `kind` instead of the adapter's
@@ -318,10 +322,10 @@ impl Model {
         self.matvec = kind;
     }
 
-    /// Makes decoding fuse the RMSNorms and the SwiGLU into the projections after them (`true`,
-    /// the default) or run them as dispatches of their own (`false`: 8 dispatches a layer
-    /// instead of 6; on lavapipe the two were within its run-to-run noise, docs/BENCHMARKS.md).
-    /// Tests run both; `hotprefix bench profile` compares them.
+    /// Makes decoding fuse the RMSNorms and the SwiGLU into the projections after them (`true`:
+    /// 6 dispatches a layer, the default with the `Coop` kernels) or run them as dispatches of
+    /// their own (`false`: 8 a layer, the default on CPU adapters, where it is faster). Tests run
+    /// both; `hotprefix bench profile` compares them.
     pub fn fuse_decode(&mut self, fuse: bool) {
         self.fuse = fuse;
     }
@@ -469,10 +473,10 @@ impl Model {
     }
 
     /// One decode step, llama2.c's `forward()` for one token at `pos` (its id in `tokens[0]`, its
-    /// position in `pos[0]`). RoPE and the KV write are fused into attention, the RMSNorms and
-    /// the SwiGLU into the x-load of the projection after them: 6 dispatches a layer at most
-    /// (`fuse_decode(false)`: 8). `feed`: write the argmax to `ids[slot]` and feed it to the
-    /// next step.
+    /// position in `pos[0]`). RoPE and the KV write are fused into attention; with `fuse` the
+    /// RMSNorms and the SwiGLU into the x-load of the projection after them: 6 dispatches a
+    /// layer at most (8 without). `feed`: write the argmax to `ids[slot]` and feed it to the next
+    /// step.
     fn record_decode(&self, b: &mut Batch, kv_cache: &KvCache, table: &wgpu::Buffer, pos: usize, table_len: usize, feed: Option<usize>) -> Result<()> {
         let (c, s) = (&self.cfg, &self.s);
         let fuse = self.fuse;

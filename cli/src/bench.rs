@@ -102,11 +102,11 @@ fn median(v: &mut [f64]) -> f64 {
 /// greedy decode tok/s over 128 tokens after a 128- and a 1500-token prompt, decoded as the engine
 /// does (steps queued ahead, `Model::decode_greedy`, 8 per wait), with the dispatches, passes,
 /// submissions and CPU–GPU waits each decoded token cost; medians of `runs` runs.
-pub async fn model(path: &str, json: bool, runs: usize, matvec: &str) -> Result<()> {
+pub async fn model(path: &str, json: bool, runs: usize, kernels: &str) -> Result<()> {
     let file = crate::read_model(path)?;
     let gpu = Gpu::new().await?;
     let mut m = Model::load(&gpu, &file, Options { chunk: 512, context: Some(2048), ..Options::default() }).await?;
-    choose_matvec(&mut m, matvec)?;
+    choose_kernels(&mut m, kernels)?;
     let kv = m.kv_cache(&gpu, 2048 / 16, 16).await?;
     // Token ids past the control tokens, drawn from a fixed seed: the same prompt every run.
     let mut rng = Rng(7);
@@ -154,7 +154,7 @@ pub async fn model(path: &str, json: bool, runs: usize, matvec: &str) -> Result<
     if json {
         let out = serde_json::json!({
             "adapter": gpu.describe(),
-            "matvec": format!("{:?}", m.kernels()),
+            "kernels": format!("{:?}", m.kernels()),
             "prefill": prefill.iter().map(|(n, r)| serde_json::json!({"tokens": n, "tok_s": r})).collect::<Vec<_>>(),
             "decode_tok_s": decode[0].1,
             "decode_after": decode.iter().map(|(n, r)| serde_json::json!({"prompt_tokens": n, "tok_s": r})).collect::<Vec<_>>(),
@@ -167,7 +167,7 @@ pub async fn model(path: &str, json: bool, runs: usize, matvec: &str) -> Result<
         println!("{out}");
     } else {
         println!("adapter: {}", gpu.describe());
-        println!("decode matrix-vector kernel: {:?}", m.kernels());
+        println!("kernel variant: {:?}", m.kernels());
         println!("weights on the GPU: {:.1} MiB", m.weight_bytes as f64 / (1 << 20) as f64);
         for (n, r) in &prefill {
             println!("prefill {n:>5} tokens: {r:>8.1} tok/s");
@@ -180,13 +180,13 @@ pub async fn model(path: &str, json: bool, runs: usize, matvec: &str) -> Result<
     Ok(())
 }
 
-/// `--matvec auto|rows|coop`.
-fn choose_matvec(m: &mut Model, matvec: &str) -> Result<()> {
-    match matvec {
+/// `--kernels auto|rows|coop`.
+fn choose_kernels(m: &mut Model, kernels: &str) -> Result<()> {
+    match kernels {
         "auto" => {}
         "rows" => m.use_kernels(Kind::Rows),
         "coop" => m.use_kernels(Kind::Coop),
-        other => return Err(hotprefix::Error::InvalidArgument(format!("--matvec {other:?}: expected auto, rows or coop"))),
+        other => return Err(hotprefix::Error::InvalidArgument(format!("--kernels {other:?}: expected auto, rows or coop"))),
     }
     Ok(())
 }
@@ -195,7 +195,7 @@ fn choose_matvec(m: &mut Model, matvec: &str) -> Result<()> {
 /// dispatch (one pass each while profiling): a decode step after 128 and after 1,500 tokens
 /// (mean of 8 steps), and the last 500-token chunk of a 1,500-token prefill. Per kernel (file,
 /// entry point and override constants): dispatches and milliseconds.
-pub async fn profile(path: &str, json: bool, section: &str, matvec: &str) -> Result<()> {
+pub async fn profile(path: &str, json: bool, section: &str, kernels: &str) -> Result<()> {
     let (decode, prefill): (&[usize], bool) = match section {
         "all" => (&[128, 1500], true),
         "decode" => (&[128, 1500], false),
@@ -206,7 +206,7 @@ pub async fn profile(path: &str, json: bool, section: &str, matvec: &str) -> Res
     let file = crate::read_model(path)?;
     let gpu = Gpu::new().await?;
     let mut m = Model::load(&gpu, &file, Options { chunk: 500, context: Some(2048), ..Options::default() }).await?;
-    choose_matvec(&mut m, matvec)?;
+    choose_kernels(&mut m, kernels)?;
     let kv = m.kv_cache(&gpu, 2048 / 16, 16).await?;
     let mut rng = Rng(7);
     let vocab = m.cfg.vocab;
@@ -216,18 +216,19 @@ pub async fn profile(path: &str, json: bool, section: &str, matvec: &str) -> Res
     // Each decode configuration twice, alternating (this machine's speed drifts).
     let fused = [false, true, false, true];
     for &n in decode {
+        m.prefill(&gpu, &kv, &mut seq, &prompt[..n]).await?;
+        let next = m.read_argmax(&gpu, 1).await?[0];
         for fuse in fused {
             m.fuse_decode(fuse);
-            m.prefill(&gpu, &kv, &mut seq, &prompt[..n]).await?;
-            let next = m.read_argmax(&gpu, 1).await?[0];
+            seq.truncate(n)?;
             gpu.start_profile(2048)?;
             let t = now_ms();
             m.decode_greedy(&gpu, &kv, &mut seq, next, 4).await?;
             let wall = (now_ms() - t) / 4.0;
             let how = if fuse { "norms and SwiGLU fused into the projections" } else { "norms and SwiGLU as dispatches" };
             sections.push((format!("decode step after {n} tokens, {how} (per token, mean of 4)"), gpu.finish_profile().await?, 4.0, wall));
-            seq.clear()?;
         }
+        seq.clear()?;
     }
     if prefill {
         m.prefill(&gpu, &kv, &mut seq, &prompt[..1000]).await?;

@@ -98,9 +98,9 @@ enum Cmd {
         /// Runs per figure (the median is printed).
         #[arg(long, default_value_t = 3)]
         runs: usize,
-        /// Decode's matrix-vector kernel: `auto` (the adapter's choice), `rows` or `coop`.
+        /// Kernel variants (matrix-vector, attention): `auto` (the adapter's choice), `rows` or `coop`.
         #[arg(long, default_value = "auto")]
-        matvec: String,
+        kernels: String,
         /// `bench profile`: `decode`, `decode-short` (after 128 tokens only), `prefill` or `all`.
         #[arg(long, default_value = "all")]
         section: String,
@@ -133,10 +133,10 @@ fn main() -> ExitCode {
                 let opts = EngineOptions { context, kv_budget_mb, cache: !no_cache, ..EngineOptions::default() };
                 session::run(&model, &requests, opts).await
             }
-            Cmd::Bench { what, model, json, runs, matvec, section } => match what.as_str() {
-                "model" => bench::model(&model, json, runs.max(1), &matvec).await,
+            Cmd::Bench { what, model, json, runs, kernels, section } => match what.as_str() {
+                "model" => bench::model(&model, json, runs.max(1), &kernels).await,
                 "kernels" => bench::kernels().await,
-                "profile" => bench::profile(&model, json, &section, &matvec).await,
+                "profile" => bench::profile(&model, json, &section, &kernels).await,
                 "cache" => bench::cache(&model, json).await,
                 other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model, kernels, cache or profile"))),
             },
