@@ -41,11 +41,13 @@ pub const OUTPUT_LIMIT: usize = 4 << 20;
 struct Capped {
     out: Vec<u8>,
     limit: usize,
+    overflowed: bool,
 }
 
 impl std::io::Write for Capped {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
         if b.len() > self.limit - self.out.len() {
+            self.overflowed = true;
             return Err(std::io::Error::other(format!("the rendered text exceeds {} bytes", self.limit)));
         }
         self.out.extend_from_slice(b);
@@ -155,7 +157,7 @@ impl ChatTemplate {
         let tmpl = self.env.get_template(NAME).map_err(|e| jinja_err("chat template", e))?;
         let input = messages.iter().fold(0usize, |a, m| a.saturating_add(m.role.len()).saturating_add(m.content.len()));
         let limit = OUTPUT_LIMIT.saturating_add(input.saturating_mul(4));
-        let mut out = Capped { out: Vec::new(), limit };
+        let mut out = Capped { out: Vec::new(), limit, overflowed: false };
         let ctx = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
@@ -163,7 +165,12 @@ impl ChatTemplate {
             eos_token => &self.eos_token,
         };
         // Fuel, recursion and output limits end a hostile template here, as an Error::Template.
-        tmpl.render_captured_to(ctx, &mut out).map_err(|e| jinja_err("chat template failed to render", e))?;
+        if let Err(e) = tmpl.render_captured_to(ctx, &mut out) {
+            return Err(match out.overflowed {
+                true => err(format!("chat template failed to render: its output exceeds {limit} bytes")),
+                false => jinja_err("chat template failed to render", e),
+            });
+        }
         String::from_utf8(out.out).map_err(|_| err("the chat template rendered text that is not UTF-8"))
     }
 }
@@ -252,7 +259,7 @@ mod tests {
     #[test]
     fn a_template_writing_without_end_hits_the_output_limit() {
         let (m, took) = render_hostile("{% for a in range(100000) %}{{ 'x' * 10000000 }}{% endfor %}");
-        assert!(m.contains("exceeds") || m.contains("write"), "{m}");
+        assert!(m.contains("output exceeds 4194328 bytes"), "{m}");
         assert!(took < std::time::Duration::from_millis(1500), "{took:?}");
     }
 
