@@ -12,6 +12,8 @@ use hotprefix::gpu::Gpu;
 use hotprefix::preflight::check_model_cpu;
 use hotprefix::testmodel::tiny_gguf;
 
+mod common;
+
 type Tensor = (String, Vec<u64>, u32, Vec<u8>);
 
 /// The tiny model with its metadata and tensor table edited.
@@ -76,4 +78,15 @@ fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_eq!(refused, cases.len() - 3, "all but the tiny model, the looping template and 1 layer are refused");
+}
+
+#[test]
+fn the_default_model_passes_and_its_template_renders() {
+    let c = check_model_cpu(&common::model_bytes()).unwrap();
+    assert_eq!((c.config.n_layer, c.config.dim, c.config.vocab, c.config.context), (30, 576, 49152, 8192));
+    assert_eq!(c.tokenizer.vocab_size(), 49152);
+    let t = c.template.expect("SmolLM2 has a chat template");
+    let s = t.render(&[hotprefix::chat::Message::new("user", "hi")], true).unwrap();
+    assert!(s.ends_with("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), "{s}");
+    assert!(c.gpu_weight_bytes > 90 << 20, "{}", c.gpu_weight_bytes);
 }
