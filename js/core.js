@@ -2,16 +2,65 @@
 // `worker: false`. It downloads the model (progress, Cache Storage, sha256), loads it into the
 // wasm engine, and serves requests one at a time from a queue.
 
-import init, { Engine as WasmEngine } from './wasm/hotprefix.js';
+import init, { Engine as WasmEngine, lastPanic, onPanic } from './wasm/hotprefix.js';
 import {
-  HotprefixError, WebGPUUnavailableError, ModelLoadError, AbortError, InvalidRequestError, fromEngine,
+  HotprefixError, WebGPUUnavailableError, ModelLoadError, AbortError, InvalidRequestError, fromEngine, crashError,
 } from './errors.js';
 
 import { MODEL_CACHE, SAVED_DIR } from './names.js';
 
+// A panic in the wasm engine (a bug) traps the instance (`panic = "abort"`): nothing in it can be
+// used again, so every engine in this thread fails from then on with the EngineCrashedError
+// below. The engine's panic hook tells us the message before the trap; a trap without one (stack
+// overflow, out of memory) is caught where a call throws it.
+let crashed = null;
+const guards = new Set(); // the reject functions of the guarded promises still pending
+function crash(message, cause) {
+  if (!crashed) {
+    crashed = crashError(message, cause);
+    for (const reject of guards) reject(crashed);
+    guards.clear();
+  }
+  return crashed;
+}
+// `promise`, rejected with the crash error if the instance crashes first: every call into the
+// engine is guarded, because a panic inside an async call leaves its promise pending forever.
+function guarded(promise) {
+  if (crashed) return Promise.reject(crashed);
+  return new Promise((resolve, reject) => {
+    guards.add(reject);
+    Promise.resolve(promise).then((v) => { guards.delete(reject); resolve(v); }, (e) => { guards.delete(reject); reject(e); });
+  });
+}
+const isTrap = (e) => typeof WebAssembly !== 'undefined' && e instanceof WebAssembly.RuntimeError;
+// The package error for what a call into the engine threw.
+function engineError(e, phase) {
+  if (isTrap(e)) {
+    let message = null;
+    try {
+      message = lastPanic() ?? null;
+    } catch {
+      // the instance is too broken to say
+    }
+    return crash(message ?? `${e.message} (no panic message)`, e);
+  }
+  return fromEngine(e, phase);
+}
+// The trap itself surfaces as an uncaught error (from the task queue of the async call): it is
+// reported as EngineCrashedError already, so it is not reported twice.
+for (const type of ['error', 'unhandledrejection']) {
+  globalThis.addEventListener?.(type, (ev) => {
+    const e = ev.error ?? ev.reason;
+    if (crashed && isTrap(e)) ev.preventDefault();
+  });
+}
+
 let wasm = null; // the wasm module's exports, once instantiated
 function loadWasm(wasmUrl) {
-  wasm ??= init(wasmUrl ? { module_or_path: wasmUrl } : undefined).catch((e) => {
+  wasm ??= init(wasmUrl ? { module_or_path: wasmUrl } : undefined).then((exports) => {
+    onPanic((message) => crash(message));
+    return exports;
+  }, (e) => {
     wasm = null;
     throw new HotprefixError(`could not load hotprefix's wasm module: ${e?.message ?? e}`, { cause: e });
   });
@@ -161,6 +210,7 @@ export class Core {
       throw new WebGPUUnavailableError('WebGPU is present but offers no adapter (disabled, blocklisted GPU, or no GPU)', { reason: 'no-adapter' });
     }
     const exports = await loadWasm(opts.wasmUrl);
+    if (crashed) throw crashed;
     let src = await modelBytes(opts.model, onProgress);
     const what = src.url ?? 'the model buffer';
     let sha;
@@ -199,9 +249,9 @@ export class Core {
         (loaded, total) => onProgress({ phase: 'upload', loaded, total }));
       bytes = null;
       src.bytes = null;
-      engine = await pending;
+      engine = await guarded(pending);
     } catch (e) {
-      const err = fromEngine(e, 'load');
+      const err = engineError(e, 'load');
       if (src.url && err instanceof ModelLoadError) await (cache ?? await openCache())?.delete(src.url);
       throw err;
     }
@@ -214,7 +264,7 @@ export class Core {
   // Runs `fn` when the requests before it are done. A request aborted while it waits is removed.
   #enqueue(fn, signal) {
     return new Promise((resolve, reject) => {
-      if (this.#closed) return reject(this.#closed);
+      if (crashed || this.#closed) return reject(crashed ?? this.#closed);
       if (signal?.aborted) return reject(new AbortError('the request was aborted before it started'));
       const job = { fn, resolve, reject, signal, started: false };
       job.onAbort = () => {
@@ -235,9 +285,9 @@ export class Core {
         const job = this.#queue.shift();
         job.started = true;
         try {
-          job.resolve(await job.fn());
+          job.resolve(await guarded(crashed ? null : job.fn()));
         } catch (e) {
-          job.reject(e);
+          job.reject(isTrap(e) ? engineError(e, 'request') : e);
         } finally {
           job.signal?.removeEventListener('abort', job.onAbort);
         }
@@ -263,7 +313,7 @@ export class Core {
       try {
         r = await this.#engine.chat(text, (piece) => onText?.(piece), signal ?? undefined);
       } catch (e) {
-        throw fromEngine(e, 'request');
+        throw engineError(e, 'request');
       }
       if (r.finish_reason === 'abort') throw new AbortError('the request was aborted while it was generating');
       return r;
@@ -302,7 +352,7 @@ export class Core {
       try {
         file = await this.#engine.saveCache(this.modelKey);
       } catch (e) {
-        throw fromEngine(e, 'request');
+        throw engineError(e, 'request');
       }
       const handle = await this.#savedHandle(true);
       try {
@@ -346,6 +396,7 @@ export class Core {
         const r = await this.#engine.restoreCache(new Uint8Array(await file.arrayBuffer()), this.modelKey);
         return { ...r, bytes: file.size };
       } catch (e) {
+        if (crashed || isTrap(e)) throw engineError(e, 'request');
         const warning = `the saved cache was not used: ${e?.message ?? e}`;
         console.warn(`hotprefix: ${warning}`);
         if (e?.name === 'CacheFileError') await this.#removeSaved(); // refused for good: never read again
@@ -387,14 +438,22 @@ export class Core {
     return this.#enqueue(async () => this.#engine.destroyDevice());
   }
 
-  /** Waits for the queue, frees every GPU buffer and the engine; later calls reject. */
+  /** Panics inside the engine on purpose (tests of EngineCrashedError). */
+  panicForTest(message) {
+    return this.#enqueue(() => this.#engine._panicForTest(message));
+  }
+
+  /** Waits for the queue, frees every GPU buffer and the engine; later calls reject. After a
+   * crash nothing is called in the instance: its memory goes with the worker or the page. */
   unload() {
     this.#unloading ??= (async () => {
       this.#closed = new HotprefixError('the engine was unloaded');
-      for (const job of this.#queue.splice(0)) job.reject(this.#closed);
-      await this.#pumping;
-      this.#engine.destroyDevice();
-      this.#engine.free();
+      for (const job of this.#queue.splice(0)) job.reject(crashed ?? this.#closed);
+      await guarded(this.#pumping).catch(() => {}); // a crash ends the wait
+      if (!crashed) {
+        this.#engine.destroyDevice();
+        this.#engine.free();
+      }
       this.#engine = null;
     })();
     return this.#unloading;
@@ -429,6 +488,7 @@ export class Host {
       case 'restore': return core.restore();
       case 'forget': return core.forget();
       case 'loseDevice': return core.loseDevice();
+      case 'panicForTest': return core.panicForTest(args?.message);
       default: throw new HotprefixError(`unknown operation ${op}`);
     }
   }

@@ -72,10 +72,26 @@ export class InvalidRequestError extends HotprefixError {
   }
 }
 
+/** The engine crashed: a bug in hotprefix (a Rust panic; the message says where). Its wasm
+ * instance is unusable, and so is every engine in the same thread: every later call fails with this
+ * error. In a worker (the default) createEngine() makes a new one; with `worker: false` the page
+ * must be reloaded. */
+export class EngineCrashedError extends HotprefixError {
+  constructor(message, options = {}) {
+    super(message, options);
+    this.name = 'EngineCrashedError';
+  }
+}
+
 const CLASSES = {
   HotprefixError, WebGPUUnavailableError, ModelLoadError, DeviceLostError, ContextOverflowError,
-  KvBudgetError, AbortError, InvalidRequestError,
+  KvBudgetError, AbortError, InvalidRequestError, EngineCrashedError,
 };
+
+/** The EngineCrashedError for a panic `message` (or, without one, the trap itself). */
+export function crashError(message, cause) {
+  return new EngineCrashedError(`the engine crashed and cannot be used again (a bug in hotprefix; please report it): ${message}`, { cause });
+}
 
 // The engine's (Rust) error names, by what they mean to an app. `phase` is 'load' or 'request'.
 const LOAD_ERRORS = new Set(['GgufError', 'ModelError', 'WeightsError', 'TokenizerError', 'TemplateError', 'ShapeError']);
@@ -84,6 +100,8 @@ const REQUEST_ERRORS = new Set(['InvalidArgumentError', 'TemplateError', 'Tokeni
 /** The package error for an error thrown by the wasm engine. */
 export function fromEngine(e, phase) {
   if (e instanceof HotprefixError) return e;
+  // A trap of the wasm instance (core.js adds the panic message when there is one).
+  if (typeof WebAssembly !== 'undefined' && e instanceof WebAssembly.RuntimeError) return crashError(e.message, e);
   const kind = typeof e?.name === 'string' ? e.name : null;
   const message = typeof e?.message === 'string' ? e.message : String(e);
   const opts = { kind, cause: e };

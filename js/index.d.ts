@@ -251,3 +251,6 @@ export class ContextOverflowError extends HotprefixError { name: 'ContextOverflo
 export class KvBudgetError extends HotprefixError { name: 'KvBudgetError'; }
 export class AbortError extends HotprefixError { name: 'AbortError'; }
 export class InvalidRequestError extends HotprefixError { name: 'InvalidRequestError'; }
+/** A bug in hotprefix crashed the engine (a Rust panic, whose message the error's message
+ * includes); this engine, and every one in the same thread, is unusable. */
+export class EngineCrashedError extends HotprefixError { name: 'EngineCrashedError'; }

@@ -4,12 +4,12 @@
 import { canonicalJSON } from './canonical.js';
 import {
   HotprefixError, WebGPUUnavailableError, ModelLoadError, DeviceLostError, ContextOverflowError,
-  KvBudgetError, AbortError, InvalidRequestError, fromWire,
+  KvBudgetError, AbortError, InvalidRequestError, EngineCrashedError, fromWire,
 } from './errors.js';
 
 export {
   canonicalJSON, HotprefixError, WebGPUUnavailableError, ModelLoadError, DeviceLostError,
-  ContextOverflowError, KvBudgetError, AbortError, InvalidRequestError,
+  ContextOverflowError, KvBudgetError, AbortError, InvalidRequestError, EngineCrashedError,
 };
 
 export { MODEL_CACHE, SAVED_DIR } from './names.js';
@@ -197,6 +197,12 @@ class Engine {
   /** Loses the GPU device on purpose, to test an app's DeviceLostError handling. */
   _loseDevice() {
     return this.#backend.call('loseDevice');
+  }
+
+  /** Test only: makes the engine panic (a Rust panic, as a bug would), to test an app's
+   * EngineCrashedError handling. The engine is unusable afterwards. */
+  _panicForTest(message = 'test panic') {
+    return this.#backend.call('panicForTest', { message: String(message) });
   }
 
   /** Waits for running requests, frees the model's GPU memory and stops the worker. */

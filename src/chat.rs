@@ -2,10 +2,18 @@
 //!
 //! The environment is set up the way Hugging Face `apply_chat_template` sets up Jinja:
 //! `trim_blocks` and `lstrip_blocks` on, no auto-escaping, the `loopcontrols` extension,
-//! `bos_token`/`eos_token` strings and a `raise_exception(msg)` function. The rendered text is
-//! meant for [`crate::tokenizer::Tokenizer::encode_with_special`]; the message contents inside it
-//! are user text, so callers must not let the template's markers be forged — see
-//! [`ChatTemplate::render`].
+//! `bos_token`/`eos_token` strings and a `raise_exception(msg)` function; Python's string and dict
+//! methods (`.strip()`, `.startswith()`, `.split()`, `.items()`…) come from minijinja-contrib's
+//! `pycompat`. The rendered text is meant for
+//! [`crate::tokenizer::Tokenizer::encode_with_special`]; the message contents inside it are user
+//! text, so callers must not let the template's markers be forged — see [`ChatTemplate::render`].
+//!
+//! The template comes from the model file, so it is untrusted code: every render runs on a fuel
+//! budget ([`FUEL`] template instructions) and a recursion limit ([`RECURSION_LIMIT`]), and a
+//! template that loops forever or recurses without end fails with `Error::Template` instead of
+//! hanging the page or overflowing the stack. Not bounded: memory a template builds up in few
+//! instructions (a string doubled in each of 40 `set`s), and work done inside builtin filters,
+//! which spend no fuel (`(range(100000) * 100000) | sum`); see docs/FUZZING.md.
 
 use minijinja::{AutoEscape, Environment, ErrorKind};
 use serde::{Deserialize, Serialize};
@@ -14,6 +22,43 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 
 const NAME: &str = "chat_template";
+
+/// Template instructions one render may execute. ChatML spends about 20 per message, Hugging Face's
+/// longer templates (tool calls, reasoning) a few hundred: 2,000,000 renders conversations of
+/// thousands of messages, and stops a runaway loop after a fraction of a second.
+pub const FUEL: u64 = 2_000_000;
+
+/// Nesting depth a render may reach (loops and ifs count 1, a macro call about 5: 35 nested macro
+/// calls). minijinja's own default and maximum without its `stacker` feature is 500; the lower
+/// limit keeps a recursive template well inside wasm32's 1 MiB stack. Real templates nest a few
+/// levels (a recursive macro over a tool's JSON schema: its depth).
+pub const RECURSION_LIMIT: usize = 200;
+
+/// Bytes a render may write, beyond 4 per byte of the messages' roles and contents: a template
+/// that emits a 100 MB string in each iteration of a loop fails here, before its fuel runs out.
+pub const OUTPUT_LIMIT: usize = 4 << 20;
+
+/// A `Vec<u8>` that refuses writes past `limit` bytes.
+struct Capped {
+    out: Vec<u8>,
+    limit: usize,
+    overflowed: bool,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if b.len() > self.limit - self.out.len() {
+            self.overflowed = true;
+            return Err(std::io::Error::other(format!("the rendered text exceeds {} bytes", self.limit)));
+        }
+        self.out.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 const ROLES: [&str; 3] = ["system", "user", "assistant"];
 
 fn err(msg: impl Into<String>) -> Error {
@@ -66,7 +111,7 @@ impl ChatTemplate {
             let tokens = g.array("tokenizer.ggml.tokens").unwrap_or(&[]);
             g.get(key)
                 .and_then(|v| v.as_u64())
-                .and_then(|id| usize::try_from(id).ok())
+                .and_then(crate::gguf::fit::<usize>)
                 .and_then(|id| tokens.get(id))
                 .and_then(|v| v.as_str())
                 .unwrap_or("")
@@ -83,6 +128,9 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(RECURSION_LIMIT);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("raise_exception: {msg}")))
         });
@@ -108,13 +156,23 @@ impl ChatTemplate {
             return Err(err(format!("message {i} has role {:?} (system, user or assistant expected)", m.role)));
         }
         let tmpl = self.env.get_template(NAME).map_err(|e| jinja_err("chat template", e))?;
-        tmpl.render(minijinja::context! {
+        let input = messages.iter().fold(0usize, |a, m| a.saturating_add(m.role.len()).saturating_add(m.content.len()));
+        let limit = OUTPUT_LIMIT.saturating_add(input.saturating_mul(4));
+        let mut out = Capped { out: Vec::new(), limit, overflowed: false };
+        let ctx = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
-        })
-        .map_err(|e| jinja_err("chat template failed to render", e))
+        };
+        // Fuel, recursion and output limits end a hostile template here, as an Error::Template.
+        if let Err(e) = tmpl.render_captured_to(ctx, &mut out) {
+            return Err(match out.overflowed {
+                true => err(format!("chat template failed to render: its output exceeds {limit} bytes")),
+                false => jinja_err("chat template failed to render", e),
+            });
+        }
+        String::from_utf8(out.out).map_err(|_| err("the chat template rendered text that is not UTF-8"))
     }
 }
 
@@ -149,5 +207,95 @@ mod tests {
         }
         let t = ChatTemplate::new("{{ messages[0].content.nope() }}", "", "").unwrap();
         assert!(matches!(t.render(&[Message::new("user", "x")], false), Err(Error::Template(_))));
+    }
+
+    /// Renders `source` over one message on another thread: the error message, and how long the
+    /// render took. A render still running after 10 s fails the test (a template the limits do
+    /// not stop would otherwise hang it).
+    fn render_hostile(source: &str) -> (String, std::time::Duration) {
+        let t = ChatTemplate::new(source, "", "").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            let r = t.render(&[Message::new("user", "hi")], true);
+            let _ = tx.send((r, start.elapsed()));
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok((Err(Error::Template(m)), took)) => (m, took),
+            Ok((other, _)) => panic!("expected Error::Template, got {:?}", other.map(|s| s.len())),
+            Err(_) => panic!("the render of {source:?} was still running after 10 s"),
+        }
+    }
+
+    #[test]
+    fn a_template_that_loops_forever_runs_out_of_fuel() {
+        // 10^10 iterations without a fuel limit (range() itself stops at 100,000 elements).
+        for source in [
+            "{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{% endfor %}{% endfor %}",
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% if a == b - 1 %}{% endif %}{% endfor %}{% endfor %}",
+        ] {
+            let (m, took) = render_hostile(source);
+            assert!(m.contains("fuel"), "{m}");
+            assert!(took < std::time::Duration::from_millis(1500), "{source}: {took:?}");
+        }
+    }
+
+    #[test]
+    fn deep_recursion_is_refused() {
+        let (m, took) = render_hostile("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+        assert!(m.contains("recursion limit"), "{m}");
+        assert!(took < std::time::Duration::from_millis(1500), "{took:?}");
+        // A macro costs about 5 levels: 30 nested calls render, 40 do not (minijinja's default
+        // limit of 500 would allow about 90).
+        let depth = |n: usize| format!("{{% macro f(n) %}}{{% if n > 0 %}}{{{{ f(n - 1) }}}}{{% endif %}}{{% endmacro %}}{{{{ f({n}) }}}}.");
+        assert_eq!(ChatTemplate::new(&depth(30), "", "").unwrap().render(&[], false).unwrap(), ".");
+        let (m, _) = render_hostile(&depth(40));
+        assert!(m.contains("recursion limit"), "{m}");
+        // Nesting is bounded when parsing too; 20 nested loops are fine.
+        let nested = |n: usize| format!("{}x{}", "{% for i in [1] %}".repeat(n), "{% endfor %}".repeat(n));
+        assert!(matches!(ChatTemplate::new(&nested(1000), "", ""), Err(Error::Template(_))));
+        assert_eq!(ChatTemplate::new(&nested(20), "", "").unwrap().render(&[], false).unwrap(), "x");
+    }
+
+    #[test]
+    fn a_template_writing_without_end_hits_the_output_limit() {
+        let (m, took) = render_hostile("{% for a in range(100000) %}{{ 'x' * 10000000 }}{% endfor %}");
+        assert!(m.contains("output exceeds 4194328 bytes"), "{m}");
+        assert!(took < std::time::Duration::from_millis(1500), "{took:?}");
+    }
+
+    /// SmolLM2-135M-Instruct's `tokenizer.chat_template`, byte for byte.
+    const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn long_conversations_render_within_the_limits() {
+        let t = ChatTemplate::new(SMOLLM2, "", "").unwrap();
+        // 200 messages of 4 KB each.
+        let mut messages = vec![Message::new("system", "S".repeat(4096))];
+        for i in 1..200 {
+            let role = if i % 2 == 1 { "user" } else { "assistant" };
+            messages.push(Message::new(role, format!("{i:04}{}", "y".repeat(4092))));
+        }
+        let s = t.render(&messages, true).unwrap();
+        let overhead = "<|im_start|>\n<|im_end|>\n".len();
+        let roles: usize = messages.iter().map(|m| m.role.len()).sum();
+        assert_eq!(s.len(), 200 * (4096 + overhead) + roles + "<|im_start|>assistant\n".len());
+        assert!(s.ends_with(&format!("0199{}<|im_end|>\n<|im_start|>assistant\n", "y".repeat(4092))));
+        // 20,000 short messages still fit the fuel (about 20 instructions a message).
+        let many: Vec<Message> = (0..20_000).map(|i| Message::new(if i % 2 == 0 { "user" } else { "assistant" }, "hi")).collect();
+        let s = t.render(&many, false).unwrap();
+        assert_eq!(s.matches("<|im_end|>").count(), 20_001, "the default system prompt and every message");
+    }
+
+    #[test]
+    fn python_string_and_dict_methods_render() {
+        let source = "{% for m in messages %}\
+            {% if m.content.strip().startswith('/') %}{{ m.role.upper() }} CMD {{ m.content.strip()[1:].split(' ')|join('+') }}\
+            {% else %}{{ m.role.capitalize() }}: {{ m.content.replace('a', 'A').rstrip('!') }}{{ '?' if m.content.endswith('!') }}\
+            {% endif %}{{ '\n' }}{% endfor %}\
+            {% for k, v in {'x': 1}.items() %}{{ k }}={{ v }}{% endfor %}{{ ' A,B '.lower().strip().split(',')|length }}";
+        let t = ChatTemplate::new(source, "", "").unwrap();
+        let s = t.render(&[Message::new("user", "  /run a b  "), Message::new("assistant", "banana!")], false).unwrap();
+        assert_eq!(s, "USER CMD run+a+b\nAssistant: bAnAnA?\nx=12");
     }
 }

@@ -131,6 +131,13 @@ fn err(msg: impl Into<String>) -> Error {
     Error::Gguf(msg.into())
 }
 
+/// A size or count read from a file as a `T` (`usize`, `u32`), or `None` when it does not fit.
+/// Every such value goes through this (or `try_from`), never `as`: on wasm32 `usize` has 32 bits
+/// and `as usize` would keep only the low 32 bits of a value above 4 Gi, silently.
+pub fn fit<T: TryFrom<u64>>(v: u64) -> Option<T> {
+    T::try_from(v).ok()
+}
+
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -177,7 +184,7 @@ impl<'a> Reader<'a> {
     fn value(&mut self, ty: u32, depth: u32, what: &dyn Fn() -> String) -> Result<Value> {
         Ok(match ty {
             0 => Value::U8(self.array::<1>(what)?[0]),
-            1 => Value::I8(self.array::<1>(what)?[0] as i8),
+            1 => Value::I8(i8::from_le_bytes(self.array(what)?)),
             2 => Value::U16(u16::from_le_bytes(self.array(what)?)),
             3 => Value::I16(i16::from_le_bytes(self.array(what)?)),
             4 => Value::U32(self.u32(what)?),
@@ -208,7 +215,8 @@ impl<'a> Reader<'a> {
                 if count.checked_mul(min).is_none_or(|b| b > self.remaining() as u64) {
                     return Err(err(format!("{}: array of {count} elements does not fit in the {} bytes left", what(), self.remaining())));
                 }
-                let mut v = Vec::with_capacity(count as usize);
+                let capacity = fit::<usize>(count).ok_or_else(|| err(format!("{}: array of {count} elements", what())))?;
+                let mut v = Vec::with_capacity(capacity);
                 for _ in 0..count {
                     v.push(self.value(elem, depth + 1, what)?);
                 }
@@ -269,7 +277,8 @@ impl Gguf {
                 err(format!("general.alignment {v:?} is not a power of two ≤ 1 MiB"))
             })?,
         };
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let capacity = fit::<usize>(n_tensors).ok_or_else(|| err(format!("{n_tensors} tensors")))?;
+        let mut tensors = Vec::with_capacity(capacity);
         let mut names = std::collections::HashSet::new();
         for i in 0..n_tensors {
             let name = r.string(&|| format!("tensor {i} name"))?;
@@ -278,10 +287,7 @@ impl Gguf {
             if n_dims == 0 || n_dims > MAX_DIMS {
                 return Err(err(format!("tensor {name}: {n_dims} dimensions (1 to {MAX_DIMS} supported)")));
             }
-            let mut dims = Vec::with_capacity(n_dims as usize);
-            for _ in 0..n_dims {
-                dims.push(r.u64(&what)?);
-            }
+            let dims = (0..n_dims).map(|_| r.u64(&what)).collect::<Result<Vec<u64>>>()?;
             let ggml_type = r.u32(&what)?;
             let offset = r.u64(&what)?;
             let (block, block_bytes) =
@@ -361,7 +367,12 @@ impl Gguf {
         if file.len() as u64 != self.file_len {
             return Err(err("tensor data asked of a different file than the one parsed"));
         }
-        Ok(&file[t.offset as usize..(t.offset + t.bytes) as usize])
+        let start = fit::<usize>(t.offset);
+        let end = t.offset.checked_add(t.bytes).and_then(fit::<usize>);
+        start
+            .zip(end)
+            .and_then(|(s, e)| file.get(s..e))
+            .ok_or_else(|| err(format!("tensor {}: bytes {}+{} are not in the {}-byte file", t.name, t.offset, t.bytes, file.len())))
     }
 }
 
@@ -422,4 +433,35 @@ pub fn write(metadata: &[(&str, Value)], tensors: &[(&str, &[u64], u32, &[u8])])
         out.resize(out.len().next_multiple_of(DEFAULT_ALIGNMENT as usize), 0);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_refuses_what_a_32_bit_usize_cannot_hold() {
+        // u32 stands for wasm32's usize: fit::<u32> here is fit::<usize> there.
+        assert_eq!(fit::<u32>(u64::from(u32::MAX)), Some(u32::MAX));
+        assert_eq!(fit::<u32>(u64::from(u32::MAX) + 1), None);
+        assert_eq!(fit::<u32>((1 << 40) | 7), None, "`as u32` would give 7");
+        assert_eq!(fit::<u8>(256), None);
+        assert_eq!(fit::<usize>(5), Some(5));
+        #[cfg(target_pointer_width = "32")]
+        assert_eq!(fit::<usize>(1 << 32), None);
+        #[cfg(target_pointer_width = "64")]
+        assert_eq!(fit::<usize>(1 << 32), Some(1 << 32));
+    }
+
+    #[test]
+    fn data_refuses_a_range_outside_the_file() {
+        let file = write(&[], &[("t", &[8], 0, &[0u8; 32])]);
+        let g = Gguf::parse(&file).unwrap();
+        assert_eq!(g.data(&file, &g.tensors[0]).unwrap().len(), 32);
+        // A table edited after parsing (the fields are public) is refused, not sliced past the end.
+        for (offset, bytes) in [(g.tensors[0].offset, 33), (u64::MAX, 1), (1 << 32, 0)] {
+            let t = TensorInfo { offset, bytes, ..g.tensors[0].clone() };
+            assert!(matches!(g.data(&file, &t), Err(Error::Gguf(_))), "{offset}+{bytes}");
+        }
+    }
 }

@@ -14,7 +14,8 @@
 //!   and Q4_1 weights, RMSNorm, RoPE, SwiGLU, Q8_0 embedding lookup, residual add, argmax, and
 //!   paged KV write + causal grouped-query attention;
 //! - [`oracle`] and [`quant`] are the plain CPU references every kernel is tested against;
-//! - [`selftest`] runs those comparisons, natively, in the browser and on the demo page.
+//! - [`selftest`] runs those comparisons, natively, in the browser and on the demo page;
+//! - [`preflight`] runs everything the load does on the CPU (the fuzzed part of loading).
 //!
 //! Not yet: the JS worker API and npm package, KV persisted across page loads.
 
@@ -31,6 +32,7 @@ pub mod model;
 pub mod ops;
 pub mod oracle;
 pub mod persist;
+pub mod preflight;
 pub mod prefix;
 pub mod quant;
 pub mod sample;

@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use std::borrow::Cow;
 
-use crate::gguf::{Gguf, TensorInfo};
+use crate::gguf::{self, Gguf, TensorInfo};
 use crate::gpu::{Batch, Gpu};
 use crate::kv::{KvCache, Sequence};
 
@@ -30,14 +30,31 @@ pub struct Config {
     pub eps: f32,
 }
 
+/// The largest width, FFN width, vocabulary and layer count [`Config::from_gguf`] accepts: far above
+/// real llama-family models (Llama 3.1 405B: 16,384, 53,248, 128,256 tokens, 126 layers) and small
+/// enough that the buffer sizes computed from them fit in wasm32's 32-bit `usize` for chunks of up
+/// to 1,024 tokens.
+const MAX_DIM: usize = 1 << 16;
+const MAX_FFN: usize = 1 << 18;
+const MAX_VOCAB: usize = 1 << 21;
+const MAX_LAYERS: usize = 1 << 10;
+/// The trained context is used up to this many positions (the RoPE table is sized by it).
+pub const MAX_CONTEXT: usize = 1 << 18;
+
 impl Config {
-    /// Reads and checks the `llama.*` metadata (and the vocabulary size from `token_embd`).
+    /// Reads and checks the `llama.*` metadata (and the vocabulary size from `token_embd`). Sizes
+    /// are converted with `try_from`, never `as` (on wasm32 `as usize` keeps the low 32 bits), and
+    /// bounded (`MAX_DIM`…); the context is capped at [`MAX_CONTEXT`].
     pub fn from_gguf(g: &Gguf) -> Result<Config> {
         let arch = g.str("general.architecture")?;
         if arch != "llama" {
             return Err(Error::Model(format!("architecture {arch:?} (only llama is supported)")));
         }
-        let u = |k: &str| -> Result<usize> { Ok(g.u64(&format!("llama.{k}"))? as usize) };
+        let size = |k: &str, v: u64| gguf::fit::<usize>(v).ok_or_else(|| Error::Model(format!("{k} = {v} does not fit in memory sizes")));
+        let u = |k: &str| -> Result<usize> {
+            let k = format!("llama.{k}");
+            size(&k, g.u64(&k)?)
+        };
         let (dim, n_head) = (u("embedding_length")?, u("attention.head_count")?);
         let n_kv_head = match g.get("llama.attention.head_count_kv") {
             Some(_) => u("attention.head_count_kv")?,
@@ -51,14 +68,17 @@ impl Config {
             n_kv_head,
             head_dim: dim.checked_div(n_head).unwrap_or(0),
             ffn: u("feed_forward_length")?,
-            vocab: embd.dims.get(1).copied().unwrap_or(0) as usize,
-            context: u("context_length")?,
+            vocab: size("token_embd rows", embd.dims.get(1).copied().unwrap_or(0))?,
+            context: u("context_length")?.min(MAX_CONTEXT),
             rope_base: g.get("llama.rope.freq_base").and_then(|v| v.as_f64()).unwrap_or(10000.0),
             eps: g.f64("llama.attention.layer_norm_rms_epsilon")? as f32,
         };
         let bad = |m: String| Err(Error::Model(m));
-        if c.n_layer == 0 || c.dim == 0 || c.n_head == 0 || c.n_kv_head == 0 || c.ffn == 0 || c.vocab == 0 {
+        if c.n_layer == 0 || c.dim == 0 || c.n_head == 0 || c.n_kv_head == 0 || c.ffn == 0 || c.vocab == 0 || c.context == 0 {
             return bad(format!("zero-sized dimension in {c:?}"));
+        }
+        if c.dim > MAX_DIM || c.ffn > MAX_FFN || c.vocab > MAX_VOCAB || c.n_layer > MAX_LAYERS {
+            return bad(format!("width, FFN, vocabulary or layers above {MAX_DIM}, {MAX_FFN}, {MAX_VOCAB}, {MAX_LAYERS} in {c:?}"));
         }
         if !c.dim.is_multiple_of(c.n_head) || !c.n_head.is_multiple_of(c.n_kv_head) {
             return bad(format!("{} heads must divide width {} and be a multiple of {} KV heads", c.n_head, c.dim, c.n_kv_head));
@@ -67,7 +87,7 @@ impl Config {
             return bad(format!("head dim {} (a multiple of 4, at most 128, is supported)", c.head_dim));
         }
         if let Some(rot) = g.get("llama.rope.dimension_count").and_then(|v| v.as_u64()) {
-            if rot as usize != c.head_dim {
+            if gguf::fit::<usize>(rot) != Some(c.head_dim) {
                 return bad(format!("RoPE over {rot} of {} dims (partial rotary) is not supported", c.head_dim));
             }
         }
@@ -75,7 +95,7 @@ impl Config {
         if !eps_ok || c.rope_base.is_nan() || c.rope_base <= 1.0 {
             return bad(format!("rms eps {} / rope base {}", c.eps, c.rope_base));
         }
-        if embd.dims.first().copied() != Some(c.dim as u64) {
+        if embd.dims.first().and_then(|&d| gguf::fit::<usize>(d)) != Some(c.dim) {
             return bad(format!("token_embd is {:?}, width is {}", embd.dims, c.dim));
         }
         Ok(c)
@@ -176,10 +196,12 @@ impl TensorBytes for &[u8] {
     }
 }
 
-/// Concatenates the rows of several same-format, same-width GGUF matrices into one upload.
-async fn fused(gpu: &Gpu, g: &Gguf, file: &dyn TensorBytes, names: &[String], k: usize) -> Result<Weight> {
+/// The CPU half of [`fused`]: checks that `names` are same-format `[k, ·]` matrices and returns
+/// their format, total rows and concatenated GGUF bytes (borrowed when there is one). The fuzzed
+/// CPU load path ([`crate::preflight`]) calls it too.
+pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[String], k: usize) -> Result<(Format, usize, Cow<'a, [u8]>)> {
     let mut bytes = Vec::new();
-    let mut rows = 0;
+    let mut rows = 0usize;
     let mut format = None;
     for name in names {
         let t = g.tensor(name)?;
@@ -188,27 +210,39 @@ async fn fused(gpu: &Gpu, g: &Gguf, file: &dyn TensorBytes, names: &[String], k:
         if *format.get_or_insert(f) != f {
             return Err(Error::Model(format!("{name}: {} mixed with {:?} in one fused projection", f.name(), format)));
         }
-        if t.dims.len() != 2 || t.dims[0] as usize != k {
-            return Err(Error::Model(format!("{name}: shape {:?}, expected [{k}, ·]", t.dims)));
-        }
-        rows += t.dims[1] as usize;
+        let n = match t.dims[..] {
+            [row, n] if gguf::fit::<usize>(row) == Some(k) => gguf::fit::<usize>(n),
+            _ => return Err(Error::Model(format!("{name}: shape {:?}, expected [{k}, ·]", t.dims))),
+        };
+        rows = n.and_then(|n| rows.checked_add(n)).ok_or_else(|| Error::Model(format!("{name}: {:?} rows overflow", t.dims)))?;
         let data = file.tensor_bytes(g, t)?;
         if names.len() == 1 {
-            let format = format.ok_or_else(|| Error::Model("empty projection".into()))?;
-            return Weight::upload_owned(gpu, name, format, data, rows, k).await;
+            return Ok((f, rows, data));
         }
         bytes.extend_from_slice(&data);
     }
     let format = format.ok_or_else(|| Error::Model("empty projection".into()))?;
-    Weight::upload_owned(gpu, &names[0], format, Cow::Owned(bytes), rows, k).await
+    Ok((format, rows, Cow::Owned(bytes)))
+}
+
+/// Concatenates the rows of several same-format, same-width GGUF matrices into one upload.
+async fn fused(gpu: &Gpu, g: &Gguf, file: &dyn TensorBytes, names: &[String], k: usize) -> Result<Weight> {
+    let (format, rows, bytes) = fused_bytes(g, file, names, k)?;
+    let name = names.first().map_or("", String::as_str);
+    Weight::upload_owned(gpu, name, format, bytes, rows, k).await
+}
+
+/// The CPU half of [`vector`]: the values of the F32 `[n]` tensor `name`.
+pub(crate) fn vector_data(g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<Vec<f32>> {
+    let t = g.tensor(name)?;
+    if t.ggml_type != 0 || t.dims.len() != 1 || gguf::fit::<usize>(t.dims[0]) != Some(n) {
+        return Err(Error::Model(format!("{name}: expected F32 [{n}], got type {} {:?}", t.ggml_type, t.dims)));
+    }
+    Ok(bytemuck::pod_collect_to_vec(&file.tensor_bytes(g, t)?))
 }
 
 async fn vector(gpu: &Gpu, g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<wgpu::Buffer> {
-    let t = g.tensor(name)?;
-    if t.ggml_type != 0 || t.dims != [n as u64] {
-        return Err(Error::Model(format!("{name}: expected F32 [{n}], got type {} {:?}", t.ggml_type, t.dims)));
-    }
-    let v: Vec<f32> = bytemuck::pod_collect_to_vec(&file.tensor_bytes(g, t)?);
+    let v = vector_data(g, file, name, n)?;
     gpu.upload(name, &v).await
 }
 

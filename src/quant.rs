@@ -104,14 +104,22 @@ impl Format {
         (k / self.block()) * self.gpu_block_bytes() / 4
     }
 
-    /// Bytes of an `[n, k]` matrix on the GPU (rows padded to a whole row group).
-    pub fn gpu_bytes(self, n: usize, k: usize) -> usize {
-        n.next_multiple_of(ROW_GROUP) * self.gpu_row_words(k) * 4
+    /// Bytes of an `[n, k]` matrix on the GPU (rows padded to a whole row group); an error when
+    /// that does not fit in a `usize`.
+    pub fn gpu_bytes(self, n: usize, k: usize) -> Result<usize> {
+        gpu_words(self, n, k)?.checked_mul(4).ok_or_else(|| Error::Weights(format!("{} [{n}, {k}] overflows", self.name())))
     }
 }
 
 /// Rows interleaved together in the GPU layout (see the module docs).
 pub const ROW_GROUP: usize = 32;
+
+/// u32 words of an `[n, k]` matrix in the GPU layout, checked: `n` and `k` come from the file.
+fn gpu_words(format: Format, n: usize, k: usize) -> Result<usize> {
+    n.checked_next_multiple_of(ROW_GROUP)
+        .and_then(|rows| rows.checked_mul(format.gpu_row_words(k)))
+        .ok_or_else(|| Error::Weights(format!("{} [{n}, {k}] overflows", format.name())))
+}
 
 /// Converts GGUF bytes of an `[n, k]` matrix into the GPU layout (see the module docs).
 pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result<Vec<u32>> {
@@ -128,7 +136,7 @@ pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result
     // (r / G)·W·G + j·G + r % G, rows padded with zeros. One row at a time: a load holds the
     // file's bytes and the GPU layout, nothing more.
     let w = format.gpu_row_words(k);
-    let mut out = vec![0u32; n.next_multiple_of(ROW_GROUP) * w];
+    let mut out = vec![0u32; gpu_words(format, n, k)?];
     let mut words = Vec::with_capacity(w);
     for (r, row) in bytes.chunks_exact(format.row_bytes(k)?).enumerate() {
         words.clear();
@@ -252,6 +260,9 @@ mod tests {
 
     #[test]
     fn wrong_sizes_are_errors() {
+        assert_eq!(Format::Q8_0.gpu_bytes(33, 64).unwrap(), 64 * 18 * 4);
+        assert!(matches!(Format::F32.gpu_bytes(usize::MAX - 3, 4), Err(Error::Weights(_))));
+        assert!(matches!(Format::F32.gpu_bytes(usize::MAX / 8, 4), Err(Error::Weights(_))));
         assert!(to_gpu_layout(Format::Q4_1, &[0; 19], 1, 32).is_err());
         assert!(to_gpu_layout(Format::Q4_1, &[0; 20], 1, 31).is_err());
         assert!(dequantize(Format::Q8_0, &[0; 35]).is_err());

@@ -96,12 +96,17 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
     }
 }
 
+/// The token id `v` as an index below `n` (of type `T`: `usize`; `u32` in tests, as on wasm32).
+fn token_index<T: TryFrom<u64> + PartialOrd>(v: &Value, n: T) -> Option<T> {
+    v.as_u64().and_then(crate::gguf::fit::<T>).filter(|i| *i < n)
+}
+
 fn optional_id(g: &Gguf, key: &str, n: usize) -> Result<Option<u32>> {
     match g.get(key) {
         None => Ok(None),
-        Some(v) => match v.as_u64() {
-            Some(id) if (id as usize) < n => Ok(Some(id as u32)),
-            _ => Err(err(format!("{key} = {v:?} is not a token id below the vocabulary size {n}"))),
+        Some(v) => match token_index(v, n).and_then(|id| u32::try_from(id).ok()) {
+            Some(id) => Ok(Some(id)),
+            None => Err(err(format!("{key} = {v:?} is not a token id below the vocabulary size {n}"))),
         },
     }
 }
@@ -132,8 +137,8 @@ impl Tokenizer {
             Some(Value::Array(a)) if a.len() == n => a
                 .iter()
                 .enumerate()
-                .map(|(i, v)| match v.as_u64() {
-                    Some(t @ 0..=6) => Ok(t as u8),
+                .map(|(i, v)| match v.as_u64().and_then(crate::gguf::fit::<u8>) {
+                    Some(t @ 0..=6) => Ok(t),
                     _ => Err(err(format!("token {i} has type {v:?} (0 to 6 expected)"))),
                 })
                 .collect::<Result<_>>()?,
@@ -154,7 +159,8 @@ impl Tokenizer {
             })
             .collect::<Result<_>>()?;
 
-        let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)).collect();
+        // n fits in u32 (checked above), so every index does.
+        let vocab: Vocab = tokens.iter().zip(0u32..).map(|(t, i)| (t.to_string(), i)).collect();
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .ignore_merges(false)
@@ -356,5 +362,22 @@ impl StreamDecoder {
     /// Ends the stream: held bytes that never completed a character come out as U+FFFD.
     pub fn finish(self) -> String {
         String::from_utf8_lossy(&self.pending).into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_ids_above_32_bits_are_refused_as_on_wasm32() {
+        let big = Value::U64((1 << 32) | 1);
+        // With wasm32's 32-bit index (u32 here) the id does not fit: refused, where `as` gave 1.
+        assert_eq!(token_index(&big, 320u32), None);
+        assert_eq!(token_index(&big, 320usize), None);
+        assert_eq!(token_index(&Value::U32(319), 320u32), Some(319));
+        assert_eq!(token_index(&Value::U32(320), 320u32), None);
+        assert_eq!(token_index(&Value::I32(-1), 320usize), None);
+        assert_eq!(token_index(&Value::Str("1".into()), 320usize), None);
     }
 }

@@ -1,18 +1,67 @@
 //! The browser entry points (wasm-bindgen). Errors cross as JS `Error`s named by `Error::name()`.
+//!
+//! A panic is a bug in hotprefix. The browser build aborts on panic (`panic = "abort"`), so the
+//! instance traps with an opaque `RuntimeError: unreachable` and nothing in it can be trusted
+//! afterwards. The panic hook installed here first logs the message with `console.error`, keeps it
+//! for [`last_panic`] and tells the listener registered with [`on_panic`] (the package's core.js),
+//! which then fails that call and every later one with an `EngineCrashedError` carrying the message.
 
 use wasm_bindgen::prelude::*;
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::Gpu;
 use crate::model::TensorBytes;
 use crate::selftest::Check;
 
+thread_local! {
+    /// The message of the panic that crashed this instance.
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// Called with the message when a panic happens (set by `onPanic`).
+    static PANIC_LISTENER: RefCell<Option<js_sys::Function>> = const { RefCell::new(None) };
+}
+
+/// Installs the panic hook, once per instance.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            // "panicked at src/….rs:line:col:\nmessage"
+            let message = info.to_string();
+            web_sys::console::error_1(&format!("hotprefix crashed (a bug in hotprefix): {message}").into());
+            let _ = LAST_PANIC.try_with(|p| p.try_borrow_mut().map(|mut p| *p = Some(message.clone())));
+            // Borrowed only for the clone: a listener that calls back in finds it free.
+            let listener = PANIC_LISTENER.try_with(|l| l.try_borrow().ok().and_then(|l| l.clone())).ok().flatten();
+            if let Some(f) = listener {
+                let _ = f.call1(&JsValue::NULL, &JsValue::from_str(&message));
+            }
+        }));
+    });
+}
+
+/// The message of the panic that crashed this wasm instance (`"panicked at file:line:col:\n…"`),
+/// or `undefined` when none has. After a panic the instance has trapped and must not be used.
+#[wasm_bindgen(js_name = lastPanic)]
+pub fn last_panic() -> Option<String> {
+    LAST_PANIC.try_with(|p| p.try_borrow().ok().and_then(|p| p.clone())).ok().flatten()
+}
+
+/// Installs the panic hook and registers `listener(message)`, called synchronously when a panic
+/// happens, before the instance traps (also when the panic is inside an async call, whose promise
+/// then never settles). The listener must not call into this instance.
+#[wasm_bindgen(js_name = onPanic)]
+pub fn on_panic(listener: js_sys::Function) {
+    install_panic_hook();
+    let _ = PANIC_LISTENER.try_with(|l| l.try_borrow_mut().map(|mut l| *l = Some(listener)));
+}
+
 /// Runs every kernel check of the small suite on this browser's WebGPU adapter and returns
 /// `{adapter, results: [{name, ok, max_err, ms, rate, unit, error}]}`.
 #[wasm_bindgen(js_name = runKernelChecks)]
 pub async fn run_kernel_checks(reps: usize) -> Result<JsValue, JsValue> {
+    install_panic_hook();
     let gpu = Gpu::new().await?;
     let results = js_sys::Array::new();
     for (i, check) in Check::small_suite().iter().enumerate() {
@@ -109,6 +158,7 @@ impl WebEngine {
         kv_budget_mb: Option<f64>,
         on_progress: Option<js_sys::Function>,
     ) -> Result<WebEngine, JsValue> {
+        install_panic_hook();
         if !((0.0..=9.0e15).contains(&file_len) && file_len.fract() == 0.0) {
             return Err(crate::Error::InvalidArgument(format!("file length {file_len}")).into());
         }
@@ -196,6 +246,16 @@ impl WebEngine {
     #[wasm_bindgen(js_name = restoreCache)]
     pub async fn restore_cache(&mut self, file: Vec<u8>, model: String) -> Result<JsValue, JsValue> {
         to_js(&self.engine.restore_cache(&file, &model).await?)
+    }
+
+    /// **Test only**: panics with `message` after yielding to the event loop once (as a panic in
+    /// the middle of a request would), so that the package's crash reporting can be tested
+    /// (`engine._panicForTest()`). This engine, and every other one in this wasm instance, is
+    /// unusable afterwards.
+    #[wasm_bindgen(js_name = _panicForTest)]
+    pub async fn panic_for_test(&self, message: String) -> Result<(), JsValue> {
+        wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&JsValue::NULL)).await?;
+        panic!("{message}")
     }
 
     /// Destroys the GPU device: its memory is freed now, and later calls fail with

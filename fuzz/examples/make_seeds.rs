@@ -1,7 +1,9 @@
-//! Writes the fuzz seeds to fuzz/seeds/ (docs/FUZZING.md):
+//! Writes the fuzz seeds to fuzz/seeds/ and fuzz/seeds_load_cpu/ (docs/FUZZING.md):
 //!
 //!     cd fuzz && cargo run --example make_seeds [path/to/model.gguf]
 //!
+//! - `seeds_load_cpu/tiny_model.bin`: the tiny test model (`testmodel::tiny_gguf(1)`), a whole
+//!   model that passes the CPU load check (the `load_cpu` target's seeds are both folders);
 //! - `tiny_*.bin`: small valid files made with `hotprefix::gguf::write` (every metadata type,
 //!   arrays, F32/F16/Q8_0/Q4_1 tensors);
 //! - `real_head_64k.bin`: the first 64 KiB of the real model (cut inside the tokenizer arrays);
@@ -15,6 +17,8 @@
 use std::path::Path;
 
 use hotprefix::gguf::{self, write, Gguf, Value};
+use hotprefix::preflight::check_model_cpu;
+use hotprefix::testmodel::tiny_gguf;
 
 fn f16s(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect()
@@ -119,7 +123,19 @@ fn slim_real_header(file: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Whole tiny models, for `load_cpu`: each must pass the CPU load check.
+fn model_files() -> Vec<(&'static str, Vec<u8>)> {
+    vec![("tiny_model.bin", tiny_gguf(1))]
+}
+
 fn main() {
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds_load_cpu");
+    std::fs::create_dir_all(&models).unwrap();
+    for (name, bytes) in model_files() {
+        let c = check_model_cpu(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        std::fs::write(models.join(name), &bytes).unwrap();
+        println!("seeds_load_cpu/{name:20} {:7} bytes  Ok ({} layers)", bytes.len(), c.config.n_layer);
+    }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
     std::fs::create_dir_all(&dir).unwrap();
     let mut seeds = tiny_files();

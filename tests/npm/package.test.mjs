@@ -310,6 +310,74 @@ test('a lost device is DeviceLostError, and a new engine can be created', { time
   assert.deepEqual(errors, [], 'no uncaught errors on the page');
 });
 
+test('a panic in the engine is EngineCrashedError with its message, and every later call fails with it', { timeout: 300_000 }, async () => {
+  // In the page: `caught(promise)` says how it settled.
+  const script = async ({ worker, message }) => {
+    const { createEngine, EngineCrashedError } = window.hotprefix;
+    const caught = async (p) => {
+      try {
+        await p;
+        return { settled: 'resolved' };
+      } catch (e) {
+        return { crashed: e instanceof EngineCrashedError, name: e.name, message: e.message };
+      }
+    };
+    const engine = await createEngine({ model: '/models/tiny-llama.gguf', worker });
+    // The panic is inside an async call: without the hook its promise would never settle.
+    const first = await caught(engine._panicForTest(message));
+    const chat = await caught(engine.chat.completions.create({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }));
+    const stats = await caught(engine.cache.stats());
+    const unload = await caught(engine.unload());
+    return { first, chat, stats, unload };
+  };
+  const check = (r, message) => {
+    for (const k of ['first', 'chat', 'stats']) {
+      assert.equal(r[k].crashed, true, `${k}: ${JSON.stringify(r[k])}`);
+      assert.equal(r[k].name, 'EngineCrashedError');
+      assert.ok(r[k].message.includes(message) && r[k].message.includes('src/web.rs'), `${k}: ${r[k].message}`);
+      assert.ok(!/unreachable/.test(r[k].message), `${k}: the panic, not the trap: ${r[k].message}`);
+    }
+    assert.equal(r.unload.settled, 'resolved', 'unload still works');
+  };
+
+  // In the worker (the default): the error crosses the worker boundary with its class; a new
+  // engine is a new worker, with a fresh instance.
+  const r = await page.evaluate(script, { worker: true, message: 'test panic in the worker' });
+  check(r, 'test panic in the worker');
+  const tokens = await page.evaluate(async () => {
+    const fresh = await window.hotprefix.createEngine({ model: '/models/tiny-llama.gguf' });
+    const a = await fresh.chat.completions.create({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    await fresh.unload();
+    return a.usage.completion_tokens;
+  });
+  assert.equal(tokens, 2, 'a new engine answers');
+  assert.deepEqual(errors, [], 'no uncaught errors on the page');
+
+  // With worker: false the crashed instance is the page's own: a page of its own for this, where
+  // even a new engine is refused.
+  const p2 = await browser.newPage();
+  const p2errors = [];
+  p2.on('pageerror', (e) => p2errors.push(String(e)));
+  try {
+    await p2.goto(server.url);
+    await p2.waitForFunction(() => document.getElementById('status').textContent === 'ready');
+    const q = await p2.evaluate(script, { worker: false, message: 'test panic in the page' });
+    check(q, 'test panic in the page');
+    const again = await p2.evaluate(async () => {
+      try {
+        await window.hotprefix.createEngine({ model: '/models/tiny-llama.gguf', worker: false });
+        return 'loaded';
+      } catch (e) {
+        return e.name;
+      }
+    });
+    assert.equal(again, 'EngineCrashedError');
+    assert.deepEqual(p2errors, [], 'the trap is not reported again as an uncaught error');
+  } finally {
+    await p2.close();
+  }
+});
+
 test('without WebGPU: WebGPUUnavailableError with the reason, from the worker and in the page', { timeout: 120_000 }, async () => {
   const plain = await chromium.launch({ ...CHROMIUM, args: CHROMIUM.args.filter((a) => a !== '--enable-unsafe-webgpu') });
   try {

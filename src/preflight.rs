@@ -1,0 +1,187 @@
+//! Everything loading a model does on the CPU, without a GPU: the header, the config, the
+//! tokenizer, the chat template, every tensor's shape, and each weight's conversion to the GPU
+//! layout. A model file is untrusted input; this is the part of the load that the `load_cpu` fuzz
+//! target runs on arbitrary bytes (docs/FUZZING.md).
+//!
+//! It calls the same functions as [`crate::engine::Engine::load_from`] and
+//! [`crate::model::Model::load_from`] (`Tokenizer::from_gguf`, `ChatTemplate::from_gguf`,
+//! `Config::from_gguf`, the CPU halves of the model's weight loaders, `quant::to_gpu_layout`), in
+//! the same order, with the same checks between them; what it leaves out is only what needs a
+//! device: the uploads, the scratch buffers and the KV pool.
+
+use crate::chat::ChatTemplate;
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::model::{self, Config, TensorBytes};
+use crate::quant::{self, Format};
+use crate::tokenizer::Tokenizer;
+
+/// A model file that passed every CPU-side check of the load.
+#[derive(Debug)]
+pub struct Checked {
+    pub config: Config,
+    pub tokenizer: Tokenizer,
+    /// `None` when the model has no `tokenizer.chat_template`.
+    pub template: Option<ChatTemplate>,
+    /// Bytes the weights take in the GPU layout (what the load would upload).
+    pub gpu_weight_bytes: u64,
+}
+
+/// Parses a whole GGUF file held in memory and runs [`check_gguf`] on it.
+pub fn check_model_cpu(file: &[u8]) -> Result<Checked> {
+    check_gguf(&Gguf::parse(file)?, &file)
+}
+
+/// Runs the CPU side of loading the model whose header is `g`, reading each tensor from `file`
+/// once and converting it to the GPU layout (then dropping it). Fails with the error the load
+/// would fail with.
+pub fn check_gguf(g: &Gguf, file: &dyn TensorBytes) -> Result<Checked> {
+    // Engine::load_from
+    let tokenizer = Tokenizer::from_gguf(g)?;
+    let template = match g.get("tokenizer.chat_template") {
+        Some(_) => Some(ChatTemplate::from_gguf(g)?),
+        None => None,
+    };
+    // Model::load_from
+    let cfg = Config::from_gguf(g)?;
+    if g.tensors.len() < cfg.n_layer {
+        return Err(Error::Model(format!("{} layers declared, only {} tensors in the file", cfg.n_layer, g.tensors.len())));
+    }
+    let (d, hd) = (cfg.dim, cfg.head_dim);
+    let mut bytes = 0u64;
+    let embd = g.tensor("token_embd.weight")?;
+    if embd.ggml_type != Format::Q8_0.ggml_type() {
+        return Err(Error::Model(format!("token_embd is ggml type {}, the embedding kernel reads Q8_0", embd.ggml_type)));
+    }
+    layout(&mut bytes, "token_embd", Format::Q8_0, &file.tensor_bytes(g, embd)?, cfg.vocab, d)?;
+    if g.tensor("output.weight").is_ok() {
+        let rows = fused(&mut bytes, g, file, &["output.weight".to_string()], d)?;
+        if rows != cfg.vocab {
+            return Err(Error::Model(format!("output.weight has {rows} rows for a vocabulary of {}", cfg.vocab)));
+        }
+    }
+    vector(&mut bytes, g, file, "output_norm.weight", d)?;
+    for i in 0..cfg.n_layer {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        vector(&mut bytes, g, file, &n("attn_norm"), d)?;
+        let qkv = fused(&mut bytes, g, file, &[n("attn_q"), n("attn_k"), n("attn_v")], d)?;
+        let wo = fused(&mut bytes, g, file, &[n("attn_output")], cfg.n_head * hd)?;
+        vector(&mut bytes, g, file, &n("ffn_norm"), d)?;
+        let gate_up = fused(&mut bytes, g, file, &[n("ffn_gate"), n("ffn_up")], d)?;
+        let down = fused(&mut bytes, g, file, &[n("ffn_down")], cfg.ffn)?;
+        if qkv != cfg.qkv_width() || wo != d || gate_up != 2 * cfg.ffn || down != d {
+            return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
+        }
+    }
+    // Engine::load_from, after the model
+    if tokenizer.vocab_size() > cfg.vocab {
+        return Err(Error::Model(format!("tokenizer has {} tokens, the model {}", tokenizer.vocab_size(), cfg.vocab)));
+    }
+    Ok(Checked { config: cfg, tokenizer, template, gpu_weight_bytes: bytes })
+}
+
+/// `ops::Weight::upload_owned` without the upload: the GPU layout of an `[n, k]` matrix, whose
+/// errors name the tensor. Adds its size to `total`.
+fn layout(total: &mut u64, name: &str, format: Format, gguf_bytes: &[u8], n: usize, k: usize) -> Result<()> {
+    let words = quant::to_gpu_layout(format, gguf_bytes, n, k).map_err(|e| match e {
+        Error::Weights(m) => Error::Weights(format!("{name}: {m}")),
+        other => other,
+    })?;
+    *total = total.saturating_add(std::mem::size_of_val(&words[..]) as u64);
+    Ok(())
+}
+
+/// `model::fused` without the upload; returns the rows.
+fn fused(total: &mut u64, g: &Gguf, file: &dyn TensorBytes, names: &[String], k: usize) -> Result<usize> {
+    let (format, rows, data) = model::fused_bytes(g, file, names, k)?;
+    let name = names.first().map_or("", String::as_str);
+    layout(total, name, format, &data, rows, k)?;
+    Ok(rows)
+}
+
+/// `model::vector` without the upload.
+fn vector(total: &mut u64, g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<()> {
+    let v = model::vector_data(g, file, name, n)?;
+    *total = total.saturating_add(std::mem::size_of_val(&v[..]) as u64);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::gguf::{write, Value};
+    use crate::testmodel::tiny_gguf;
+
+    /// The tiny model with its metadata edited by `edit` (tensors unchanged).
+    fn tiny_with(edit: impl FnOnce(&mut BTreeMap<String, Value>)) -> Vec<u8> {
+        let file = tiny_gguf(1);
+        let g = Gguf::parse(&file).unwrap();
+        let mut md = g.metadata.clone();
+        edit(&mut md);
+        let md: Vec<(&str, Value)> = md.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let tensors: Vec<(&str, &[u64], u32, &[u8])> =
+            g.tensors.iter().map(|t| (t.name.as_str(), &t.dims[..], t.ggml_type, g.data(&file, t).unwrap())).collect();
+        write(&md, &tensors)
+    }
+
+    #[test]
+    fn the_tiny_model_passes_with_its_gpu_layout_size() {
+        let c = check_model_cpu(&tiny_gguf(1)).unwrap();
+        assert_eq!((c.config.n_layer, c.config.dim, c.config.vocab, c.config.context), (2, 96, 320, 1024));
+        assert_eq!(c.tokenizer.vocab_size(), 320);
+        assert!(c.template.is_some());
+        // token_embd [320 rows, 27 words]; per layer qkv [160, 15], wo [96, 15], gate|up [320, 15],
+        // down [96, 25] and two norms of 96; output_norm 96: all × 4 bytes.
+        let layer = (160 * 15 + 96 * 15 + 320 * 15 + 96 * 25 + 2 * 96) * 4;
+        assert_eq!(c.gpu_weight_bytes, 320 * 27 * 4 + 2 * layer + 96 * 4);
+    }
+
+    #[test]
+    fn sizes_above_32_bits_are_refused_not_truncated() {
+        // `as usize` on wasm32 would read these as 96 and 257 and accept the file.
+        let f = tiny_with(|m| {
+            m.insert("llama.embedding_length".into(), Value::U64((1 << 32) | 96));
+        });
+        assert!(matches!(check_model_cpu(&f), Err(Error::Model(_))), "{:?}", check_model_cpu(&f).map(|c| c.config));
+        let f = tiny_with(|m| {
+            m.insert("tokenizer.ggml.bos_token_id".into(), Value::U64((1 << 32) | 257));
+        });
+        assert!(matches!(check_model_cpu(&f), Err(Error::Tokenizer(_))));
+        // A context far beyond what is usable is capped, not allocated.
+        let f = tiny_with(|m| {
+            m.insert("llama.context_length".into(), Value::U64(1 << 40));
+        });
+        assert_eq!(check_model_cpu(&f).unwrap().config.context, model::MAX_CONTEXT);
+        let f = tiny_with(|m| {
+            m.insert("llama.context_length".into(), Value::U32(0));
+        });
+        assert!(matches!(check_model_cpu(&f), Err(Error::Model(_))));
+    }
+
+    #[test]
+    fn each_failing_check_gives_the_loads_error() {
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (tiny_with(|m| drop(m.remove("tokenizer.ggml.merges"))), "tokenizer.ggml.merges"),
+            (tiny_with(|m| drop(m.insert("tokenizer.chat_template".into(), Value::Str("{% for %}".into())))), "does not parse"),
+            (tiny_with(|m| drop(m.insert("llama.block_count".into(), Value::U32(3)))), "blk.2.attn_norm.weight is missing"),
+            (tiny_with(|m| drop(m.insert("llama.feed_forward_length".into(), Value::U32(128)))), "blk.0.ffn_down.weight: shape [160, 96], expected [128, ·]"),
+            (tiny_with(|m| drop(m.insert("llama.attention.head_count_kv".into(), Value::U32(4)))), "must divide"),
+            (tiny_with(|m| drop(m.insert("llama.attention.head_count".into(), Value::U32(2)))), "RoPE over 16 of 48 dims"),
+            (
+                tiny_with(|m| {
+                    m.remove("llama.rope.dimension_count");
+                    m.insert("llama.embedding_length".into(), Value::U32(192));
+                }),
+                "token_embd is [96, 320], width is 192",
+            ),
+        ];
+        for (file, part) in cases {
+            match check_model_cpu(&file) {
+                Err(e) if e.to_string().contains(part) => {}
+                other => panic!("expected an error containing {part:?}, got {:?}", other.map(|c| c.config)),
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! `preflight::check_model_cpu` (the CPU side of loading, which the `load_cpu` fuzz target runs)
+//! against the real `Engine::load` on the GPU: on the tiny model and on broken variants of it,
+//! both accept, or both refuse with the same error. The check mirrors the load's sequence of
+//! steps, so this is what catches the two drifting apart.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::collections::BTreeMap;
+
+use hotprefix::engine::{Engine, EngineOptions};
+use hotprefix::gguf::{write, Gguf, Value};
+use hotprefix::gpu::Gpu;
+use hotprefix::preflight::check_model_cpu;
+use hotprefix::testmodel::tiny_gguf;
+
+mod common;
+
+type Tensor = (String, Vec<u64>, u32, Vec<u8>);
+
+/// The tiny model with its metadata and tensor table edited.
+fn tiny_with(edit: impl FnOnce(&mut BTreeMap<String, Value>, &mut Vec<Tensor>)) -> Vec<u8> {
+    let file = tiny_gguf(1);
+    let g = Gguf::parse(&file).unwrap();
+    let mut md = g.metadata.clone();
+    let mut tensors: Vec<Tensor> =
+        g.tensors.iter().map(|t| (t.name.clone(), t.dims.clone(), t.ggml_type, g.data(&file, t).unwrap().to_vec())).collect();
+    edit(&mut md, &mut tensors);
+    let md: Vec<(&str, Value)> = md.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let refs: Vec<(&str, &[u64], u32, &[u8])> = tensors.iter().map(|(n, d, t, b)| (n.as_str(), &d[..], *t, &b[..])).collect();
+    write(&md, &refs)
+}
+
+fn set(key: &'static str, v: Value) -> impl FnOnce(&mut BTreeMap<String, Value>, &mut Vec<Tensor>) {
+    move |m, _| drop(m.insert(key.to_string(), v))
+}
+
+#[test]
+fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("the tiny model", tiny_gguf(1)),
+        ("no merges", tiny_with(|m, _| drop(m.remove("tokenizer.ggml.merges")))),
+        ("a template that does not parse", tiny_with(set("tokenizer.chat_template", Value::Str("{% for %}".into())))),
+        ("a looping template (renders fail, the load does not)", tiny_with(set("tokenizer.chat_template", Value::Str("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}".into())))),
+        ("3 layers declared", tiny_with(set("llama.block_count", Value::U32(3)))),
+        ("1 layer declared", tiny_with(set("llama.block_count", Value::U32(1)))),
+        ("ffn 128", tiny_with(set("llama.feed_forward_length", Value::U32(128)))),
+        ("4 KV heads", tiny_with(set("llama.attention.head_count_kv", Value::U32(4)))),
+        ("width 2^32 + 96", tiny_with(set("llama.embedding_length", Value::U64((1 << 32) | 96)))),
+        ("bos 2^32 + 257", tiny_with(set("tokenizer.ggml.bos_token_id", Value::U64((1 << 32) | 257)))),
+        ("a tensor missing", tiny_with(|_, t| t.retain(|(n, ..)| n != "blk.1.ffn_up.weight"))),
+        ("a norm of the wrong shape", tiny_with(|_, t| t.iter_mut().filter(|(n, ..)| n == "blk.0.ffn_norm.weight").for_each(|(_, d, ..)| *d = vec![32, 3]))),
+        ("an F32 embedding", tiny_with(|_, t| {
+            for (n, d, ty, b) in t.iter_mut().filter(|(n, ..)| n == "token_embd.weight") {
+                let _ = n;
+                *ty = 0;
+                *d = vec![96, 320];
+                *b = vec![0; 96 * 320 * 4];
+            }
+        })),
+        ("a tokenizer larger than the model", tiny_with(|m, _| {
+            let Some(Value::Array(tokens)) = m.get_mut("tokenizer.ggml.tokens") else { panic!("tokens") };
+            tokens.push(Value::Str("extra".into()));
+            let Some(Value::Array(types)) = m.get_mut("tokenizer.ggml.token_type") else { panic!("types") };
+            types.push(Value::I32(1));
+        })),
+    ];
+    let mut failures = Vec::new();
+    let mut refused = 0;
+    for (what, file) in &cases {
+        let cpu = check_model_cpu(file).map(|c| c.config);
+        let opts = EngineOptions { context: Some(64), kv_budget_mb: Some(1.0), ..EngineOptions::default() };
+        let gpu = pollster::block_on(Gpu::new()).expect("GPU adapter");
+        let load = pollster::block_on(Engine::load(gpu, file, opts)).map(|e| e.model.cfg.clone());
+        match (&cpu, &load) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Err(a), Err(b)) if a.to_string() == b.to_string() => refused += 1,
+            _ => failures.push(format!("{what}: the CPU check gives {cpu:?}, the load {load:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(refused, cases.len() - 3, "all but the tiny model, the looping template and 1 layer are refused");
+}
+
+#[test]
+fn the_default_model_passes_and_its_template_renders() {
+    let c = check_model_cpu(&common::model_bytes()).unwrap();
+    assert_eq!((c.config.n_layer, c.config.dim, c.config.vocab, c.config.context), (30, 576, 49152, 8192));
+    assert_eq!(c.tokenizer.vocab_size(), 49152);
+    let t = c.template.expect("SmolLM2 has a chat template");
+    let s = t.render(&[hotprefix::chat::Message::new("user", "hi")], true).unwrap();
+    assert!(s.ends_with("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), "{s}");
+    assert!(c.gpu_weight_bytes > 90 << 20, "{}", c.gpu_weight_bytes);
+}
