@@ -85,11 +85,14 @@ fn kv4(buf_is_k: bool, base: u32, i: u32) -> vec4<f32> {
 // Query heads per invocation: 1, or several heads sharing one KV head (GROUP divides
 // n_head / n_kv, GROUP·hd/4 ≤ 128), so each K/V row is read once for all of them.
 override GROUP: u32 = 1u;
+// Invocations per workgroup of `main`: small on CPU adapters (one SIMD width), so that the few
+// invocations of a decode step still spread over every CPU thread.
+override WG: u32 = 64u;
 const MAX_Q4: u32 = 128u;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
-    let idx = gid.x + gid.y * nw.x * 64u;
+    let idx = gid.x + gid.y * nw.x * WG;
     let groups = p.n_head / GROUP;
     if idx >= p.t * groups * p.splits {
         return;

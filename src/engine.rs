@@ -270,6 +270,14 @@ impl Engine {
             rest = &rest[at + mk.len()..];
         }
         ids.extend(self.tokenizer.encode_with_special(rest)?);
+        // `tokenizer.ggml.add_bos_token`: the model was trained with BOS first. Templates that
+        // write it themselves already start with it; the others get it here.
+        if let (true, Some(bos)) = (self.tokenizer.add_bos(), self.tokenizer.bos_id()) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+                contents.iter_mut().for_each(|r| *r = r.start + 1..r.end + 1);
+            }
+        }
         Ok(Encoded { ids, contents })
     }
 

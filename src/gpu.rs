@@ -13,11 +13,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 
-/// Optional adapter features that kernels may use. Everything works with all of them `false`.
+/// Optional adapter features in use. Everything works with all of them `false`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Caps {
-    pub shader_f16: bool,
-    pub subgroups: bool,
+    /// Timestamp queries: `Gpu::start_profile` (benchmarks) needs them.
     pub timestamps: bool,
 }
 
@@ -131,7 +130,7 @@ impl Gpu {
     pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Gpu> {
         let info = adapter.get_info();
         let offered = adapter.features();
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let wanted = wgpu::Features::TIMESTAMP_QUERY;
         let features = offered & wanted;
         let limits = adapter.limits();
         // What the kernels need: attention binds 8 storage buffers (WebGPU's default limit),
@@ -176,11 +175,7 @@ impl Gpu {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let caps = Caps {
-            shader_f16: features.contains(wgpu::Features::SHADER_F16),
-            subgroups: features.contains(wgpu::Features::SUBGROUP),
-            timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
-        };
+        let caps = Caps { timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY) };
         Ok(Gpu {
             device,
             queue,
@@ -207,14 +202,12 @@ impl Gpu {
         // Browsers hide the adapter's name; say what it is instead of printing nothing.
         let name = if self.info.name.is_empty() { "WebGPU adapter" } else { self.info.name.as_str() };
         format!(
-            "{} ({:?} {:?}, driver {} {}; f16={} subgroups={} timestamps={}; max binding {} MiB)",
+            "{} ({:?} {:?}, driver {} {}; timestamps={}; max binding {} MiB)",
             name,
             self.info.device_type,
             self.info.backend,
             self.info.driver,
             self.info.driver_info,
-            self.caps.shader_f16,
-            self.caps.subgroups,
             self.caps.timestamps,
             self.limits.max_storage_buffer_binding_size >> 20
         )
@@ -568,11 +561,6 @@ impl Gpu {
         });
         self.bind_groups.borrow_mut().insert(key, bg.clone());
         bg
-    }
-
-    /// Forgets cached bind groups that mention `buf` (call before dropping a buffer for good).
-    pub fn forget(&self, buf: &wgpu::Buffer) {
-        self.bind_groups.borrow_mut().retain(|k, _| !k.buffers.iter().any(|(b, _, _)| b == buf));
     }
 }
 

@@ -17,7 +17,7 @@
 //! - [`selftest`] runs those comparisons, natively, in the browser and on the demo page;
 //! - [`preflight`] runs everything the load does on the CPU (the fuzzed part of loading).
 //!
-//! Not yet: the JS worker API and npm package, KV persisted across page loads.
+//! The browser side is `web` (wasm-bindgen entry points) under the npm package in `js/`.
 
 pub mod api;
 pub mod chat;

@@ -21,7 +21,6 @@ static RMSNORM: Kernel = kernel!("rmsnorm", "main", [Read, Read, ReadWrite]);
 static ROPE: Kernel = kernel!("rope", "main", [ReadWrite, Read, Read]);
 static SWIGLU: Kernel = kernel!("swiglu", "main", [Read, ReadWrite]);
 static EMBED: Kernel = kernel!("embed", "main", [Read, Read, ReadWrite]);
-static ADD: Kernel = kernel!("add", "main", [ReadWrite, Read]);
 static ARGMAX: Kernel = kernel!("argmax", "main", [Read, ReadWrite]);
 static ARGMAX_FEED: Kernel = kernel!("argmax", "feed", [Read, ReadWrite, ReadWrite, ReadWrite]);
 static KV_WRITE: Kernel = kernel!("kv_write", "main", [Read, Read, Read, ReadWrite, ReadWrite]);
@@ -291,13 +290,6 @@ pub fn embed(b: &mut Batch, tokens: &wgpu::Buffer, table: &Weight, y: &wgpu::Buf
     b.dispatch(&EMBED, &[], &params, &[tokens, &table.buf, y], groups_1d(b.gpu(), t * table.k))
 }
 
-/// `a[i] += b[i]` for `n` values.
-pub fn add(b: &mut Batch, a: &wgpu::Buffer, other: &wgpu::Buffer, n: usize) -> Result<()> {
-    need("add", "a", a, n)?;
-    need("add", "b", other, n)?;
-    b.dispatch(&ADD, &[], &[u(n)], &[a, other], groups_1d(b.gpu(), n))
-}
-
 /// `out[r] = argmax(x[r, :n])` for `rows` rows (u32 ids; lowest on ties).
 pub fn argmax(b: &mut Batch, x: &wgpu::Buffer, out: &wgpu::Buffer, rows: usize, n: usize) -> Result<()> {
     need("argmax", "x", x, rows * n)?;
@@ -446,8 +438,10 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     if coop {
         b.dispatch(&ATTENTION_COOP, &[("FUSED", s.fused as u32 as f64)], &params, &buffers, groups_2d(b.gpu(), heads * splits))?;
     } else {
-        let consts = [("GROUP", group as f64), ("FUSED", s.fused as u32 as f64)];
-        b.dispatch(&ATTENTION, &consts, &params, &buffers, groups_1d(b.gpu(), heads / group * splits))?;
+        // One SIMD width per workgroup: a decode step has only 12–90 invocations here.
+        const WG: usize = 8;
+        let consts = [("GROUP", group as f64), ("FUSED", s.fused as u32 as f64), ("WG", WG as f64)];
+        b.dispatch(&ATTENTION, &consts, &params, &buffers, groups_2d(b.gpu(), (heads / group * splits).div_ceil(WG)))?;
     }
     if splits > 1 {
         b.dispatch(&ATTENTION_COMBINE, &[], &params, &buffers, [u(heads).div_ceil(64), 1, 1])?;

@@ -111,19 +111,12 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::gguf::{write, Value};
-    use crate::testmodel::tiny_gguf;
+    use crate::gguf::Value;
+    use crate::testmodel::{tiny_gguf, tiny_gguf_with};
 
     /// The tiny model with its metadata edited by `edit` (tensors unchanged).
     fn tiny_with(edit: impl FnOnce(&mut BTreeMap<String, Value>)) -> Vec<u8> {
-        let file = tiny_gguf(1);
-        let g = Gguf::parse(&file).unwrap();
-        let mut md = g.metadata.clone();
-        edit(&mut md);
-        let md: Vec<(&str, Value)> = md.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-        let tensors: Vec<(&str, &[u64], u32, &[u8])> =
-            g.tensors.iter().map(|t| (t.name.as_str(), &t.dims[..], t.ggml_type, g.data(&file, t).unwrap())).collect();
-        write(&md, &tensors)
+        tiny_gguf_with(1, |m, _| edit(m))
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! blocks repacked to 36 bytes (one u32 holding `d` in its low half, then the 32 bytes of `q`).
 //! Rows are then interleaved in groups of `ROW_GROUP`: word j of row r sits at
 //! `(r / G)·W·G + j·G + r % G` (W words a row). Neighbouring invocations work on neighbouring
-//! rows, so their loads are contiguous: coalesced on GPUs, one vector load on lavapipe.
+//! rows, so their loads are contiguous: coalesced on GPUs. (lavapipe 25.0 loads lane by lane
+//! whatever the layout, docs/BENCHMARKS.md: the layout neither helps nor hurts there.)
 
 use half::f16;
 

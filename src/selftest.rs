@@ -22,7 +22,6 @@ pub enum Check {
     Rope { t: usize, heads: usize, extra_heads: usize, head_dim: usize, max_pos: usize },
     SwiGlu { t: usize, f: usize },
     Embed { t: usize, vocab: usize, dim: usize },
-    Add { n: usize },
     Argmax { rows: usize, n: usize },
     /// Greedy feed: the argmax goes to `ids[slot]` and `tokens[0]`, `pos[0]` advances.
     ArgmaxFeed { n: usize, slot: usize },
@@ -65,7 +64,6 @@ impl Check {
             Check::Rope { t, heads, extra_heads, head_dim, max_pos } => format!("rope T={t} heads={heads}+{extra_heads} hd={head_dim} max_pos={max_pos}"),
             Check::SwiGlu { t, f } => format!("swiglu T={t} F={f}"),
             Check::Embed { t, vocab, dim } => format!("embed Q8_0 T={t} vocab={vocab} dim={dim}"),
-            Check::Add { n } => format!("add n={n}"),
             Check::Argmax { rows, n } => format!("argmax rows={rows} n={n}"),
             Check::ArgmaxFeed { n, slot } => format!("argmax feed n={n} slot={slot}"),
             Check::DecodeAttention { past, n_head, n_kv, head_dim, page, pool } => {
@@ -102,7 +100,6 @@ impl Check {
             Check::Rope { t: 5, heads: 3, extra_heads: 1, head_dim: 16, max_pos: 300 },
             Check::SwiGlu { t: 3, f: 37 },
             Check::Embed { t: 4, vocab: 50, dim: 64 },
-            Check::Add { n: 1001 },
             Check::Argmax { rows: 3, n: 1000 },
             Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
             Check::Attention { past: 0, t: 1, n_head: 3, n_kv: 3, head_dim: 8, page: 2, pool: 2 },
@@ -198,15 +195,6 @@ impl Check {
                 let got = gpu.read_f32(&yb, t * dim).await?;
                 let want = oracle::embed(&quant::dequantize(Format::Q8_0, &table)?, &tokens, dim);
                 let max_err = compare(&name, "y", &got, &want, |_| 0.0)?;
-                Ok(Report { name, max_err, ms: None, rate: None })
-            }
-            Check::Add { n } => {
-                let (a, b) = (rng.vec(n, 1.0), rng.vec(n, 1.0));
-                let (ab, bb) = (gpu.upload("a", &a).await?, gpu.upload("b", &b).await?);
-                ops_once(gpu, |bt| ops::add(bt, &ab, &bb, n)).await?;
-                let got = gpu.read_f32(&ab, n).await?;
-                let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
-                let max_err = compare(&name, "a", &got, &want, |_| 0.0)?;
                 Ok(Report { name, max_err, ms: None, rate: None })
             }
             Check::Argmax { rows, n } => {

@@ -26,6 +26,24 @@ const FFN: usize = 160;
 const VOCAB: usize = 320;
 const CONTEXT: usize = 1024;
 
+/// A tensor as [`tiny_gguf_with`] edits it: name, GGUF dims, ggml type, bytes.
+pub type TensorEntry = (String, Vec<u64>, u32, Vec<u8>);
+
+/// The tiny model of `seed` with its metadata and tensor table edited by `edit` (tests of bad,
+/// hostile or unusual model files).
+pub fn tiny_gguf_with(seed: u64, edit: impl FnOnce(&mut std::collections::BTreeMap<String, Value>, &mut Vec<TensorEntry>)) -> Vec<u8> {
+    let file = tiny_gguf(seed);
+    // The tiny model always parses; an empty file would only fail the caller's test.
+    let Ok(g) = Gguf::parse(&file) else { return Vec::new() };
+    let mut md = g.metadata.clone();
+    let mut tensors: Vec<TensorEntry> =
+        g.tensors.iter().map(|t| (t.name.clone(), t.dims.clone(), t.ggml_type, g.data(&file, t).map(<[u8]>::to_vec).unwrap_or_default())).collect();
+    edit(&mut md, &mut tensors);
+    let md: Vec<(&str, Value)> = md.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let refs: Vec<(&str, &[u64], u32, &[u8])> = tensors.iter().map(|(n, d, t, b)| (n.as_str(), &d[..], *t, &b[..])).collect();
+    gguf::write(&md, &refs)
+}
+
 /// The tiny model's GGUF bytes; the same `seed` always gives the same bytes.
 ///
 /// Weights are uniform: linear layers in ±0.5·√(3/K) (outputs of standard deviation 0.5 for

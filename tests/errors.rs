@@ -63,7 +63,7 @@ fn gpu_validation_errors_are_typed() {
     });
     let ok = pollster::block_on(gpu.storage("b", 64)).unwrap();
     let mut b = gpu.batch().unwrap();
-    ops::add(&mut b, &not_storage, &ok, 16).unwrap();
+    ops::swiglu(&mut b, &not_storage, &ok, 1, 4).unwrap();
     let err = pollster::block_on(b.submit()).err();
     assert!(matches!(err, Some(Error::Validation(_))), "{err:?}");
     // The context stays usable after a rejected batch.
@@ -78,4 +78,32 @@ fn device_loss_is_reported_as_its_own_error() {
     assert!(matches!(gpu.check_alive(), Err(Error::DeviceLost(_))), "{:?}", gpu.check_alive());
     assert!(matches!(gpu.batch().err(), Some(Error::DeviceLost(_))));
     assert_eq!(Error::DeviceLost(String::new()).name(), "DeviceLostError");
+}
+
+/// A weight larger than the adapter's storage-binding limit is refused with a typed error naming
+/// the tensor and both sizes (a 0.5–1B model meets lavapipe's 128 MiB for real; here the tiny
+/// model meets a lowered limit). The same holds through the engine.
+#[test]
+fn a_tensor_over_the_binding_limit_is_refused_by_name() {
+    use hotprefix::engine::{Engine, EngineOptions};
+    use hotprefix::model::{Model, Options};
+    let file = hotprefix::testmodel::tiny_gguf(1);
+    // token_embd: 320 rows × 96 Q8_0 values = 320 × 3 blocks × 36 bytes on the GPU.
+    let want = 320 * 3 * 36;
+    let mut gpu = gpu();
+    gpu.limits.max_storage_buffer_binding_size = 16 << 10;
+    match pollster::block_on(Model::load(&gpu, &file, Options::default())) {
+        Err(Error::TooLarge { what, bytes, limit }) => {
+            assert_eq!((what.as_str(), bytes, limit), ("token_embd", want, 16 << 10));
+            let msg = Error::TooLarge { what, bytes, limit }.to_string();
+            assert!(msg.contains("token_embd") && msg.contains(&want.to_string()) && msg.contains("16384"), "{msg}");
+        }
+        Err(e) => panic!("expected TooLarge for token_embd, got {e}"),
+        Ok(_) => panic!("a {want}-byte tensor loaded under a 16 KiB binding limit"),
+    }
+    match pollster::block_on(Engine::load(gpu, &file, EngineOptions::default())) {
+        Err(Error::TooLarge { what, .. }) => assert_eq!(what, "token_embd"),
+        Err(e) => panic!("expected TooLarge for token_embd, got {e}"),
+        Ok(_) => panic!("the engine loaded a tensor over the binding limit"),
+    }
 }

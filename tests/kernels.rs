@@ -117,10 +117,6 @@ gpu_test!(embed,
     native: [Check::Embed { t: 1, vocab: 1000, dim: 576 }, Check::Embed { t: 33, vocab: 4099, dim: 96 }],
     browser: [Check::Embed { t: 4, vocab: 50, dim: 64 }]);
 
-gpu_test!(add,
-    native: [Check::Add { n: 1 }, Check::Add { n: 576 * 67 + 3 }],
-    browser: [Check::Add { n: 1001 }]);
-
 gpu_test!(argmax,
     native: [Check::Argmax { rows: 1, n: 49152 }, Check::Argmax { rows: 5, n: 1001 }, Check::ArgmaxFeed { n: 49152, slot: 5 }],
     browser: [Check::Argmax { rows: 3, n: 1000 }, Check::ArgmaxFeed { n: 1000, slot: 0 }]);

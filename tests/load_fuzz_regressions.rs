@@ -10,9 +10,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hotprefix::chat::Message;
-use hotprefix::gguf::{write, Gguf, Value};
+use hotprefix::gguf::Value;
 use hotprefix::preflight::check_model_cpu;
-use hotprefix::testmodel::tiny_gguf;
+use hotprefix::testmodel::{tiny_gguf, tiny_gguf_with};
 use hotprefix::tokenizer::StreamDecoder;
 use hotprefix::Error;
 
@@ -106,14 +106,7 @@ fn the_gguf_corpus_and_the_seed_never_panic() {
 
 /// The tiny model with one metadata value replaced.
 fn tiny_with(key: &str, value: Value) -> Vec<u8> {
-    let file = tiny_gguf(1);
-    let g = Gguf::parse(&file).unwrap();
-    let mut md = g.metadata.clone();
-    md.insert(key.to_string(), value);
-    let md: Vec<(&str, Value)> = md.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-    let tensors: Vec<(&str, &[u64], u32, &[u8])> =
-        g.tensors.iter().map(|t| (t.name.as_str(), &t.dims[..], t.ggml_type, g.data(&file, t).unwrap())).collect();
-    write(&md, &tensors)
+    tiny_gguf_with(1, |m, _| drop(m.insert(key.to_string(), value)))
 }
 
 #[test]

@@ -7,29 +7,19 @@
 use std::collections::BTreeMap;
 
 use hotprefix::engine::{Engine, EngineOptions};
-use hotprefix::gguf::{write, Gguf, Value};
+use hotprefix::gguf::Value;
 use hotprefix::gpu::Gpu;
 use hotprefix::preflight::check_model_cpu;
-use hotprefix::testmodel::tiny_gguf;
+use hotprefix::testmodel::{tiny_gguf, tiny_gguf_with, TensorEntry};
 
 mod common;
 
-type Tensor = (String, Vec<u64>, u32, Vec<u8>);
-
 /// The tiny model with its metadata and tensor table edited.
-fn tiny_with(edit: impl FnOnce(&mut BTreeMap<String, Value>, &mut Vec<Tensor>)) -> Vec<u8> {
-    let file = tiny_gguf(1);
-    let g = Gguf::parse(&file).unwrap();
-    let mut md = g.metadata.clone();
-    let mut tensors: Vec<Tensor> =
-        g.tensors.iter().map(|t| (t.name.clone(), t.dims.clone(), t.ggml_type, g.data(&file, t).unwrap().to_vec())).collect();
-    edit(&mut md, &mut tensors);
-    let md: Vec<(&str, Value)> = md.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-    let refs: Vec<(&str, &[u64], u32, &[u8])> = tensors.iter().map(|(n, d, t, b)| (n.as_str(), &d[..], *t, &b[..])).collect();
-    write(&md, &refs)
+fn tiny_with(edit: impl FnOnce(&mut BTreeMap<String, Value>, &mut Vec<TensorEntry>)) -> Vec<u8> {
+    tiny_gguf_with(1, edit)
 }
 
-fn set(key: &'static str, v: Value) -> impl FnOnce(&mut BTreeMap<String, Value>, &mut Vec<Tensor>) {
+fn set(key: &'static str, v: Value) -> impl FnOnce(&mut BTreeMap<String, Value>, &mut Vec<TensorEntry>) {
     move |m, _| drop(m.insert(key.to_string(), v))
 }
 
@@ -89,4 +79,30 @@ fn the_default_model_passes_and_its_template_renders() {
     let s = t.render(&[hotprefix::chat::Message::new("user", "hi")], true).unwrap();
     assert!(s.ends_with("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), "{s}");
     assert!(c.gpu_weight_bytes > 90 << 20, "{}", c.gpu_weight_bytes);
+}
+
+/// `tokenizer.ggml.add_bos_token` is applied: a model that asks for BOS gets it first in every
+/// chat prompt (once, with the message ranges shifted), one that does not never does.
+#[test]
+fn add_bos_is_applied_to_chat_prompts() {
+    let msgs = [hotprefix::chat::Message::new("user", "hello there")];
+    let gpu = || pollster::block_on(Gpu::new()).unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"));
+    // BOS = <|endoftext|> (256): the ChatML text does not start with it (it starts with
+    // <|im_start|>, which is SmolLM2's BOS and so already first there).
+    let model = |add: bool| {
+        tiny_with(|m, _| {
+            m.insert("tokenizer.ggml.bos_token_id".into(), Value::U32(256));
+            m.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(add));
+        })
+    };
+    let plain = pollster::block_on(Engine::load(gpu(), &model(false), EngineOptions::default())).unwrap();
+    let bos_first = pollster::block_on(Engine::load(gpu(), &model(true), EngineOptions::default())).unwrap();
+    let bos = bos_first.tokenizer.bos_id().expect("the tiny model names a BOS token");
+    let a = plain.encode_messages(&msgs).unwrap();
+    let b = bos_first.encode_messages(&msgs).unwrap();
+    assert_ne!(a.ids.first(), Some(&bos), "add_bos false: no BOS added");
+    assert_eq!(b.ids[0], bos);
+    assert_eq!(b.ids[1..], a.ids[..], "BOS, then the same prompt");
+    assert_eq!(b.contents[0], a.contents[0].start + 1..a.contents[0].end + 1, "content ranges follow the shift");
+    assert_eq!(b.ids.iter().filter(|&&t| t == bos).count(), a.ids.iter().filter(|&&t| t == bos).count() + 1);
 }
