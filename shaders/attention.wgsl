@@ -59,7 +59,9 @@ fn f16_round(v: vec4<f32>) -> vec4<f32> {
     // Below 2^-14 (f16 subnormals): multiples of 2^-24; past 65519.99: infinity.
     let sub = round(a * 16777216.0) / 16777216.0;
     var r = select(normal, sub, a < vec4<f32>(6.103515625e-5));
-    r = select(r, vec4<f32>(bitcast<f32>(0x7f800000u)), a >= vec4<f32>(65520.0));
+    // Infinity built from a run-time value: WGSL rejects an infinite constant expression.
+    let inf = bitcast<vec4<f32>>(vec4<u32>(0x7f800000u) | (b & vec4<u32>(0u)));
+    r = select(r, inf, a >= vec4<f32>(65520.0));
     return sign(v) * r;
 }
 
