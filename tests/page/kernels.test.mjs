@@ -24,7 +24,7 @@ test('the kernel-check page runs every kernel check and shows all passing', { ti
     assert.equal(state, 'passed', `page says: ${status}`);
     const rows = await page.$$eval('#results tbody tr', (trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
     const kernels = new Set(rows.map((r) => r[0].split(' ')[0]));
-    for (const k of ['matmul', 'rmsnorm', 'rope', 'swiglu', 'embed', 'add', 'argmax', 'kv_write+attention']) {
+    for (const k of ['matmul', 'matvec', 'rmsnorm', 'rope', 'swiglu', 'embed', 'argmax', 'kv_write+attention', 'rope+kv_write+attention', 'kv_copy']) {
       assert.ok(kernels.has(k), `no row for ${k}`);
     }
     for (const f of ['F32', 'F16', 'Q8_0', 'Q4_1']) {
