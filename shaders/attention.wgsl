@@ -65,6 +65,23 @@ fn f16_round(v: vec4<f32>) -> vec4<f32> {
     return sign(v) * r;
 }
 
+// Word 0 of position j's row for KV head g in the pages (through the page table).
+fn kv_base(j: u32, g: u32) -> u32 {
+    let page = table[min(j / p.page, p.table_len - 1u)];
+    return ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
+}
+
+// FUSED: writes values 4i .. 4i+3 of the token's own K (rotated) and V, from its q|k|v row at
+// vec4 index `row`, into the pages at `base` — what rope → kv_write store there.
+fn write_own(base: u32, row: u32, own: u32, i: u32) {
+    let k = rotate(q[row + i], own, i);
+    let v = q[row + p.n_kv * p.hd / 4u + i];
+    k_pages[base + 2u * i] = pack2x16float(k.xy);
+    k_pages[base + 2u * i + 1u] = pack2x16float(k.zw);
+    v_pages[base + 2u * i] = pack2x16float(v.xy);
+    v_pages[base + 2u * i + 1u] = pack2x16float(v.zw);
+}
+
 // K (or V) values 4i .. 4i+3 of position j: from the pages, or (FUSED) for the token's own
 // position `own`, from its q|k|v row at vec4 index `row`.
 fn kv_at(is_k: bool, base: u32, i: u32, j: u32, own: u32, row: u32) -> vec4<f32> {
@@ -129,20 +146,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     // The token's own K row in q (its V row follows the n_kv K heads).
     let krow = (t * p.q_stride + (p.n_head + g) * p.hd) / 4u;
     if FUSED == 1u && h0 % (p.n_head / p.n_kv) == 0u && split * per <= own && own < end {
-        let page = table[min(own / p.page, p.table_len - 1u)];
-        let base = ((page * p.n_kv + g) * p.page + own % p.page) * (p.hd / 2u);
+        let base = kv_base(own, g);
         for (var i = 0u; i < hd4; i++) {
-            let k = rotate(q[krow + i], own, i);
-            let v = q[krow + p.n_kv * hd4 + i];
-            k_pages[base + 2u * i] = pack2x16float(k.xy);
-            k_pages[base + 2u * i + 1u] = pack2x16float(k.zw);
-            v_pages[base + 2u * i] = pack2x16float(v.xy);
-            v_pages[base + 2u * i + 1u] = pack2x16float(v.zw);
+            write_own(base, krow, own, i);
         }
     }
     for (var j = split * per; j < end; j++) {
-        let page = table[min(j / p.page, p.table_len - 1u)];
-        let base = ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
+        let base = kv_base(j, g);
         // Zeroed explicitly: Chromium's SwiftShader WebGPU did not re-zero a loop-local array
         // on every iteration (tests/kernels.rs caught it in the browser).
         var s: array<f32, 8>;
@@ -258,14 +268,7 @@ fn coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             qq = rotate(qq, own, lid);
             // The first query head of each KV head writes the token's K/V into its page.
             if h % (p.n_head / p.n_kv) == 0u && start <= own && own < end {
-                let page = table[min(own / p.page, p.table_len - 1u)];
-                let base = ((page * p.n_kv + g) * p.page + own % p.page) * (p.hd / 2u);
-                let k = rotate(q[krow + lid], own, lid);
-                let v = q[krow + p.n_kv * hd4 + lid];
-                k_pages[base + 2u * lid] = pack2x16float(k.xy);
-                k_pages[base + 2u * lid + 1u] = pack2x16float(k.zw);
-                v_pages[base + 2u * lid] = pack2x16float(v.xy);
-                v_pages[base + 2u * lid + 1u] = pack2x16float(v.zw);
+                write_own(kv_base(own, g), krow, own, lid);
             }
         }
         w_q[lid] = qq * p.scale;
@@ -274,8 +277,7 @@ fn coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // Scores, and each lane's max.
     var mx = -3.0e38;
     for (var j = start + lid; j < end; j += CL) {
-        let page = table[min(j / p.page, p.table_len - 1u)];
-        let base = ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
+        let base = kv_base(j, g);
         var s = 0.0;
         for (var i = 0u; i < hd4; i++) {
             s += dot(w_q[i], kv_at(true, base, i, j, own, krow));
@@ -317,8 +319,7 @@ fn coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc = vec4<f32>(0.0);
     if grp < lg {
         for (var j = start + grp; j < end; j += lg) {
-            let page = table[min(j / p.page, p.table_len - 1u)];
-            let base = ((page * p.n_kv + g) * p.page + j % p.page) * (p.hd / 2u);
+            let base = kv_base(j, g);
             acc += w_s[j - start] * kv_at(false, base, d, j, own, krow);
         }
     }

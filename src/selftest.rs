@@ -289,19 +289,26 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
     Ok(Report::timed(name, max_err, ms, work, unit))
 }
 
-async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: usize) -> Result<Report> {
-    let [past, t, n_head, n_kv, hd, page, pool] = s;
-    let ctx = past + t;
+/// The page table of a `ctx`-token sequence: a shuffled subset of a pool of `pool` pages of
+/// `page` tokens, so page order ≠ memory order.
+fn page_table(rng: &mut Rng, ctx: usize, page: usize, pool: usize) -> Result<Vec<u32>> {
     let n_pages = ctx.div_ceil(page);
     if n_pages > pool {
         return Err(Error::shape("attention check", format!("{ctx} tokens need {n_pages} pages, pool has {pool}")));
     }
-    // The sequence's pages are a shuffled subset of the pool, so page order ≠ memory order.
     let mut ids: Vec<u32> = (0..pool as u32).collect();
     for i in (1..pool).rev() {
         ids.swap(i, rng.below(i + 1));
     }
-    let table = &ids[..n_pages];
+    ids.truncate(n_pages);
+    Ok(ids)
+}
+
+async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: usize) -> Result<Report> {
+    let [past, t, n_head, n_kv, hd, page, pool] = s;
+    let ctx = past + t;
+    let ids = page_table(rng, ctx, page, pool)?;
+    let (table, n_pages) = (&ids[..], ids.len());
     // Rows hold Q | K | V as the model's fused projection will produce them.
     let (qw, kw) = (n_head * hd, n_kv * hd);
     let stride = qw + 2 * kw;
@@ -381,15 +388,8 @@ fn rope_f32(row: &mut [f32], table: &[[f32; 2]], pos: usize, heads: usize, hd: u
 async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6], reps: usize) -> Result<Report> {
     let [past, n_head, n_kv, hd, page, pool] = s;
     let ctx = past + 1;
-    let n_pages = ctx.div_ceil(page);
-    if n_pages > pool {
-        return Err(Error::shape("attention check", format!("{ctx} tokens need {n_pages} pages, pool has {pool}")));
-    }
-    let mut ids: Vec<u32> = (0..pool as u32).collect();
-    for i in (1..pool).rev() {
-        ids.swap(i, rng.below(i + 1));
-    }
-    let table = &ids[..n_pages];
+    let ids = page_table(rng, ctx, page, pool)?;
+    let (table, n_pages) = (&ids[..], ids.len());
     let (qw, kw) = (n_head * hd, n_kv * hd);
     let stride = qw + 2 * kw;
     let rows = rng.vec(ctx * stride, 1.0);
