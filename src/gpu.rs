@@ -101,6 +101,8 @@ pub struct Counters {
     pub submits: u64,
     /// Times the CPU waited for the GPU to finish work: buffer maps (readbacks) and `finish`.
     pub waits: u64,
+    /// Bytes copied back from the GPU.
+    pub read_bytes: u64,
 }
 
 impl Gpu {
@@ -213,7 +215,7 @@ impl Gpu {
         )
     }
 
-    /// Dispatches, passes, submissions and waits so far.
+    /// Dispatches, passes, submissions, waits and bytes read back so far.
     pub fn counters(&self) -> Counters {
         self.counters.get()
     }
@@ -364,6 +366,7 @@ impl Gpu {
         self.count(|c| {
             c.submits += 1;
             c.waits += 1;
+            c.read_bytes += bytes;
         });
         let (tx, rx) = futures_channel::oneshot::channel();
         staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {

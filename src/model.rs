@@ -11,6 +11,7 @@ use crate::kv::{KvCache, Sequence};
 use crate::ops::{self, AttnShape, KvSource, Kind, RopeShape, Split, Weight, XLoad};
 use crate::oracle;
 use crate::quant::Format;
+use crate::sample::{Top, TOP, TOP_CAP, TOP_WINDOW};
 
 /// Hyper-parameters of a llama-family model, validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -146,6 +147,8 @@ struct Scratch {
     logits: wgpu::Buffer, // [T or 1, vocab]
     argmax: wgpu::Buffer, // [T or 1] u32
     ids: wgpu::Buffer,    // [MAX_AHEAD] u32: greedy ids decoded ahead (`decode_greedy`)
+    window: wgpu::Buffer, // [TOP_WINDOW] u32: the sampler's penalty window (`read_top`)
+    top: wgpu::Buffer,    // ops::topk_words(TOP_CAP, TOP_WINDOW) u32: what `read_top` reads
     part: wgpu::Buffer,   // attention partials (ops::attention_scratch_bytes)
 }
 
@@ -335,6 +338,8 @@ impl Model {
             logits: gpu.storage("logits", f(lrows * cfg.vocab)).await?,
             argmax: gpu.storage("argmax", f(lrows)).await?,
             ids: gpu.storage("decoded ids", f(MAX_AHEAD)).await?,
+            window: gpu.storage("penalty window", f(TOP_WINDOW)).await?,
+            top: gpu.storage("top logits", f(ops::topk_words(TOP_CAP, TOP_WINDOW))).await?,
             part: gpu.storage("attention partials", ops::attention_scratch_bytes(t, cfg.n_head, hd, max_pos)).await?,
         };
         let mut weight_bytes = embed.buf.size() + output.as_ref().map_or(0, |w| w.buf.size()) + output_norm.size();
@@ -551,6 +556,36 @@ impl Model {
     /// Reads back `rows` rows of logits computed by the last forward pass.
     pub async fn read_logits(&self, gpu: &Gpu, rows: usize) -> Result<Vec<f32>> {
         gpu.read_f32(&self.s.logits, rows * self.cfg.vocab).await
+    }
+
+    /// What a temperature sampler needs of the last forward pass's last-row logits, found on the
+    /// GPU ([`Top`]: the [`TOP`] largest, the softmax sum at `temperature` and the logits of
+    /// `window`, at most [`TOP_WINDOW`] ids): a few KB read back instead of the whole row.
+    pub async fn read_top(&self, gpu: &Gpu, temperature: f32, window: &[u32]) -> Result<Top> {
+        if window.len() > TOP_WINDOW {
+            return Err(Error::InvalidArgument(format!("read_top: {} window ids, at most {TOP_WINDOW}", window.len())));
+        }
+        let vocab = self.cfg.vocab;
+        let inv_t = if temperature > 0.0 { 1.0 / temperature } else { 1.0 };
+        if !window.is_empty() {
+            gpu.write(&self.s.window, 0, window);
+        }
+        let mut b = gpu.batch()?;
+        ops::topk(&mut b, &self.s.logits, vocab, TOP, TOP_CAP, inv_t, &self.s.window, window.len(), &self.s.top)?;
+        b.submit().await?;
+        let w = gpu.read_u32(&self.s.top, ops::topk_words(TOP_CAP, window.len())).await?;
+        let count = w[0] as usize;
+        let cands = w[4..4 + 2 * count.min(TOP_CAP)].chunks_exact(2).map(|c| (c[0], f32::from_bits(c[1]))).collect();
+        let at = 4 + 2 * TOP_CAP;
+        Ok(Top {
+            count,
+            cands,
+            threshold: w[1],
+            max: f32::from_bits(w[2]),
+            sum: f32::from_bits(w[3]) as f64,
+            window: w[at..at + window.len()].iter().map(|&b| f32::from_bits(b)).collect(),
+            vocab,
+        })
     }
 
     /// Reads back the argmax of `rows` rows computed by the last forward pass (4 bytes a row).

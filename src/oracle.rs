@@ -146,3 +146,29 @@ pub fn kv_copy(pages: &[u32], [_, n_kv, page, words]: [usize; 4], src: usize, ds
     }
     out
 }
+
+/// The `topk` kernel's output (shaders/topk.wgsl) for one row, candidates in id order and the
+/// sum in f64 (the kernel's is f32, in another order).
+pub fn topk(x: &[f32], k: usize, cap: usize, inv_t: f32, window: &[u32]) -> (Vec<u32>, f64) {
+    use crate::sample::{order_key, order_value};
+    let mut keys: Vec<u32> = x.iter().map(|&v| order_key(v)).filter(|&k| k != 0).collect();
+    let threshold = if keys.len() < k { 1 } else {
+        let i = keys.len() - k;
+        *keys.select_nth_unstable(i).1
+    };
+    let max_key = x.iter().map(|&v| order_key(v)).max().unwrap_or(0);
+    let m = order_value(max_key);
+    let sum = if max_key != 0 && m.is_finite() {
+        x.iter().filter(|v| !v.is_nan()).map(|&v| ((v - m) as f64 * inv_t as f64).exp()).sum()
+    } else {
+        0.0
+    };
+    let cands: Vec<usize> = (0..x.len()).filter(|&i| order_key(x[i]) >= threshold).collect();
+    let mut out = vec![cands.len() as u32, threshold, m.to_bits(), (sum as f32).to_bits()];
+    for &i in cands.iter().take(cap) {
+        out.extend([i as u32, x[i].to_bits()]);
+    }
+    out.resize(4 + 2 * cap, 0);
+    out.extend(window.iter().map(|&id| x.get(id as usize).copied().unwrap_or(0.0).to_bits()));
+    (out, sum)
+}

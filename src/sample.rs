@@ -5,7 +5,11 @@
 //! 2. temperature 0 → argmax (lowest id on ties, NaN never wins — the same rule as the GPU
 //!    `argmax` kernel; all-NaN logits are an error here and an out-of-range id there, which the
 //!    engine turns into the same error);
-//! 3. otherwise top-k, softmax with temperature, top-p, then one draw from a seeded generator.
+//! 3. otherwise top-k, softmax with temperature, top-p, then one draw from a seeded generator,
+//!    walking the kept tokens in rank order (larger logit first, lower id on ties); without top-k
+//!    and top-p, the [`TOP`] best (before the penalty) in rank order, then the rest in id order.
+//!    That order lets [`Sampler::sample_top`] draw the same token from what the GPU's `topk`
+//!    kernel found ([`Top`]) instead of the whole row, most of the time.
 //!
 //! The generator is [`crate::selftest::Rng`] (SplitMix64) seeded with [`SamplingParams::seed`]:
 //! the same parameters, logits and `recent` always give the same tokens, on every platform.
@@ -68,6 +72,46 @@ impl SamplingParams {
     fn penalizes(&self) -> bool {
         self.repetition_penalty != 1.0 && self.repeat_last_n > 0
     }
+
+    /// A window token's logit after the penalty.
+    fn penalized(&self, l: f32) -> f32 {
+        if l > 0.0 { l / self.repetition_penalty } else { l * self.repetition_penalty }
+    }
+}
+
+/// How many of a row's largest logits `ops::topk` finds for [`Sampler::sample_top`].
+pub const TOP: usize = 256;
+/// Most candidates `ops::topk` returns (the [`TOP`] largest and every tie with the smallest of
+/// them); with more, the sampler reads the whole row.
+pub const TOP_CAP: usize = 512;
+/// Most penalty-window tokens `ops::topk` reads; with more, the sampler reads the whole row.
+pub const TOP_WINDOW: usize = 256;
+
+/// What the `topk` kernel read of one row of logits (before the penalty): enough for most
+/// temperature draws, a few KB instead of the whole row.
+///
+/// The tokens the sampler can rank without the rest of the row are the candidates and the
+/// penalty window whose penalized logit is above the threshold's value: no other token can be.
+/// [`Sampler::sample_top`] draws from them exactly as [`Sampler::sample`] would from the whole
+/// row (the same token for the same generator state), except that the row's total weight comes
+/// from the GPU's f32 sum, so a draw within ~1e-6 (relative) of a boundary between two tokens
+/// may fall on the other one.
+#[derive(Debug, Clone, Default)]
+pub struct Top {
+    /// How many logits have an [`order_key`] at least `threshold`.
+    pub count: usize,
+    /// `(id, logit)` of those logits (of the first [`TOP_CAP`] when there are more), in no order.
+    pub cands: Vec<(u32, f32)>,
+    /// The [`TOP`]-th largest order key of the row (1 when it has fewer non-NaN logits).
+    pub threshold: u32,
+    /// The row's largest logit.
+    pub max: f32,
+    /// `Σ exp((x - max) / T)` over the row's non-NaN logits.
+    pub sum: f64,
+    /// The logits of [`Sampler::penalty_window`]'s tokens, in its order.
+    pub window: Vec<f32>,
+    /// The row's length.
+    pub vocab: usize,
 }
 
 /// One candidate token: its (penalized) logit, id, and unnormalized probability.
@@ -110,8 +154,14 @@ pub struct Sampler {
     rng: Rng,
     /// Scratch, reused across calls: the candidate set, then what survives top-k and top-p.
     cands: Vec<Cand>,
-    /// Scratch for deduplicating the penalty window.
+    /// The penalty window's distinct tokens, sorted.
     window: Vec<u32>,
+    /// The tokens ranked above every other ([`Sampler::set_head`]), and their ids sorted.
+    head: Vec<Cand>,
+    head_ids: Vec<u32>,
+    /// Scratch: order keys, known ids.
+    keys: Vec<u32>,
+    known: Vec<u32>,
 }
 
 impl Sampler {
@@ -119,7 +169,7 @@ impl Sampler {
     pub fn new(params: SamplingParams) -> Result<Sampler> {
         params.validate()?;
         let rng = Rng(params.seed);
-        Ok(Sampler { params, rng, cands: Vec::new(), window: Vec::new() })
+        Ok(Sampler { params, rng, cands: Vec::new(), window: Vec::new(), head: Vec::new(), head_ids: Vec::new(), keys: Vec::new(), known: Vec::new() })
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -143,115 +193,353 @@ impl Sampler {
         if logits.len() > u32::MAX as usize {
             return Err(Error::InvalidArgument(format!("sample: {} logits do not fit u32 token ids", logits.len())));
         }
+        // The head of the canonical draw is fixed by the logits before the penalty.
+        let plain_draw = self.params.temperature > 0.0 && self.params.top_k == 0 && self.params.top_p >= 1.0;
+        let threshold = if plain_draw { top_threshold(logits, &mut self.keys) } else { 1 };
+        let mut known = std::mem::take(&mut self.known);
+        known.clear();
+        if plain_draw {
+            known.extend((0..logits.len() as u32).filter(|&i| order_key(logits[i as usize]) >= threshold));
+        }
         self.penalize(logits, recent)?;
         if self.params.temperature == 0.0 {
+            self.known = known;
             return argmax(logits);
         }
-        let total = self.candidates(logits)?;
-        // Uniform in [0, total): 53 random bits.
-        let u = (self.rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * total;
-        let mut cum = 0.0;
-        let mut last = None;
-        for c in &self.cands {
-            if c.w > 0.0 {
-                cum += c.w;
-                last = Some(c.id);
-                if u < cum {
-                    return Ok(c.id);
-                }
+        known.extend_from_slice(&self.window);
+        self.set_head(known.iter().map(|&id| (id, logits[id as usize])), threshold);
+        self.known = known;
+        let view = View::All(logits);
+        match self.draw(&view)? {
+            Some(id) => Ok(id),
+            None => Err(Error::InvalidArgument("sample: no token has positive probability".into())),
+        }
+    }
+
+    /// The distinct tokens of the penalty window of `recent` (sorted; empty when the penalty is
+    /// off): the ids whose logits [`Sampler::sample_top`] needs in [`Top::window`].
+    pub fn penalty_window(&mut self, recent: &[u32]) -> &[u32] {
+        self.window.clear();
+        if self.params.penalizes() {
+            let start = recent.len().saturating_sub(self.params.repeat_last_n);
+            self.window.extend_from_slice(&recent[start..]);
+            self.window.sort_unstable();
+            self.window.dedup();
+        }
+        &self.window
+    }
+
+    /// [`Sampler::sample`] from what `ops::topk` read of the row instead of all of it: the same
+    /// token (see [`Top`]), or `None` when this draw needs logits outside the top (a long tail,
+    /// ties past [`TOP_CAP`], non-finite values): then call `sample` with all of them, which gives
+    /// the token a full read would have given (the generator has not moved). `recent` must be
+    /// what [`Sampler::penalty_window`] was given for `top.window`.
+    pub fn sample_top(&mut self, top: &Top, recent: &[u32]) -> Result<Option<u32>> {
+        let t = self.params.temperature;
+        self.penalty_window(recent);
+        let window = std::mem::take(&mut self.window);
+        let r = self.sample_top_with(top, &window, t);
+        self.window = window;
+        r
+    }
+
+    fn sample_top_with(&mut self, top: &Top, window: &[u32], t: f32) -> Result<Option<u32>> {
+        if top.cands.is_empty() || top.count > TOP_CAP || top.count != top.cands.len() || window.len() != top.window.len() || window.len() > TOP_WINDOW {
+            return Ok(None);
+        }
+        if top.cands.iter().any(|&(id, _)| id as usize >= top.vocab) || window.iter().any(|&id| id as usize >= top.vocab) {
+            return Err(Error::InvalidArgument(format!("sample: a token id past the vocabulary ({})", top.vocab)));
+        }
+        if !(top.max.is_finite() && top.sum.is_finite() && top.sum >= 1.0) {
+            return Ok(None);
+        }
+        let pen = |id: u32, l: f32| match window.binary_search(&id) {
+            Ok(i) => self.params.penalized(top.window[i]),
+            Err(_) => l,
+        };
+        // The largest penalized logit: an unpenalized candidate's or a window token's (tokens
+        // outside both are below every candidate).
+        let mut best = f32::NEG_INFINITY;
+        let mut unpenalized = false;
+        for &(id, l) in &top.cands {
+            if window.binary_search(&id).is_err() {
+                best = best.max(l);
+                unpenalized = true;
             }
         }
-        // Only reachable through rounding in `cum`; `candidates` guarantees a positive weight.
-        last.ok_or_else(|| Error::InvalidArgument("sample: no token has positive probability".into()))
+        for &l in &top.window {
+            if !l.is_nan() {
+                best = best.max(self.params.penalized(l));
+            }
+        }
+        if !unpenalized || !best.is_finite() {
+            return Ok(None);
+        }
+        // Σ exp((x - best) / T) over the penalized row, from the GPU's sum before the penalty.
+        let inv_t = 1.0 / t as f64;
+        let w = |l: f32| ((l as f64 - best as f64) * inv_t).exp();
+        let base = top.sum * ((top.max as f64 - best as f64) * inv_t).exp();
+        let mut total = base;
+        for &l in &top.window {
+            if !l.is_nan() {
+                total += w(self.params.penalized(l)) - w(l);
+            }
+        }
+        // Cancellation (a dominant token penalized away) leaves too few exact digits.
+        if t > 0.0 && !(total.is_finite() && total > 1e-3 * base) {
+            return Ok(None);
+        }
+        let window_logits = window.iter().zip(&top.window).map(|(&id, &l)| (id, self.params.penalized(l)));
+        let cands: Vec<(u32, f32)> = top.cands.iter().map(|&(id, l)| (id, pen(id, l))).chain(window_logits).collect();
+        self.set_head(cands.into_iter(), top.threshold);
+        if t == 0.0 {
+            return Ok(self.head.first().map(|c| c.id));
+        }
+        self.draw(&View::Top { best, total })
+    }
+
+    /// `self.head`: of the known `(id, penalized logit)` pairs, those above every unknown logit
+    /// (above the threshold's value), most likely first, each id once; `self.head_ids` the same
+    /// ids sorted.
+    fn set_head(&mut self, known: impl Iterator<Item = (u32, f32)>, threshold: u32) {
+        let floor = order_value(threshold);
+        self.head.clear();
+        self.head.extend(known.filter(|&(_, l)| l > floor).map(|(id, logit)| Cand { logit, id, w: 0.0 }));
+        self.head.sort_unstable_by_key(|c| c.id);
+        self.head.dedup_by_key(|c| c.id);
+        self.head_ids.clear();
+        self.head_ids.extend(self.head.iter().map(|c| c.id));
+        self.head.sort_unstable_by(by_rank);
+    }
+
+    /// The canonical draw. Candidates are ranked (larger logit first, lower id on ties); with
+    /// top-k or top-p the draw walks the kept candidates in rank order; without either it walks
+    /// `self.head` in rank order, then every other token in id order. `None` when the view lacks
+    /// logits this draw needs (only for [`View::Top`]); the generator then has not moved.
+    fn draw(&mut self, view: &View) -> Result<Option<u32>> {
+        let k = self.params.top_k;
+        let p = self.params.top_p as f64;
+        let inv_t = 1.0 / self.params.temperature as f64;
+        let mut cands = std::mem::take(&mut self.cands);
+        let r = (|| {
+            let (total, walk_head) = if k > 0 {
+                // The k best, ranked.
+                match view {
+                    View::All(logits) => {
+                        fill_ranked(&mut cands, logits, k)?;
+                    }
+                    View::Top { .. } => {
+                        if self.head.len() < k {
+                            return Ok(None);
+                        }
+                        cands.clear();
+                        cands.extend_from_slice(&self.head[..k]);
+                    }
+                }
+                (weigh(&mut cands, inv_t), false)
+            } else {
+                let (best, total) = match view {
+                    View::All(logits) => row_weights(logits, inv_t)?,
+                    View::Top { best, total } => (*best, *total),
+                };
+                for c in self.head.iter_mut() {
+                    c.w = weight(c.logit, best, inv_t);
+                }
+                if p < 1.0 {
+                    // The ranked tokens until they hold p of the mass: from the head (a
+                    // `Top` view), or the best m of the row, m growing ×4 until they do.
+                    let target = p * total;
+                    let reached = |c: &mut Vec<Cand>| {
+                        let mut cum = 0.0;
+                        c.iter().position(|x| {
+                            cum += x.w;
+                            cum >= target
+                        })
+                    };
+                    match view {
+                        View::Top { .. } => {
+                            cands.clear();
+                            cands.extend_from_slice(&self.head);
+                            if reached(&mut cands).is_none() {
+                                return Ok(None);
+                            }
+                        }
+                        View::All(logits) => {
+                            let mut m = 64;
+                            loop {
+                                let n = fill_ranked(&mut cands, logits, m)?;
+                                for c in cands.iter_mut() {
+                                    c.w = weight(c.logit, best, inv_t);
+                                }
+                                if reached(&mut cands).is_some() || cands.len() == n {
+                                    break;
+                                }
+                                m = m.saturating_mul(4);
+                            }
+                        }
+                    }
+                    (total, false)
+                } else {
+                    (total, true)
+                }
+            };
+            // Top-p over the ranked candidates.
+            let mut total = total;
+            if p < 1.0 {
+                let target = p * total;
+                let mut cum = 0.0;
+                let keep = cands.iter().position(|c| {
+                    cum += c.w;
+                    cum >= target
+                });
+                cands.truncate(keep.map_or(cands.len(), |i| i + 1).max(1));
+                total = cands.iter().map(|c| c.w).sum();
+            }
+            if total.is_nan() || total <= 0.0 {
+                return Err(Error::InvalidArgument("sample: no token has positive probability".into()));
+            }
+            // One draw, uniform in [0, total): 53 random bits.
+            let mut rng = Rng(self.rng.0);
+            let u = (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * total;
+            let ranked: &[Cand] = if walk_head { &self.head } else { &cands };
+            let mut cum = 0.0;
+            let mut last = None;
+            for c in ranked {
+                if c.w > 0.0 {
+                    cum += c.w;
+                    last = Some(c.id);
+                    if u < cum {
+                        self.rng = rng;
+                        return Ok(Some(c.id));
+                    }
+                }
+            }
+            if walk_head {
+                // The tail, in id order.
+                let View::All(logits) = view else { return Ok(None) };
+                let best = row_weights(logits, inv_t)?.0;
+                let mut h = 0;
+                for (i, &l) in logits.iter().enumerate() {
+                    if h < self.head_ids.len() && self.head_ids[h] == i as u32 {
+                        h += 1;
+                        continue;
+                    }
+                    if l.is_nan() {
+                        continue;
+                    }
+                    let w = weight(l, best, inv_t);
+                    if w > 0.0 {
+                        cum += w;
+                        last = Some(i as u32);
+                        if u < cum {
+                            self.rng = rng;
+                            return Ok(Some(i as u32));
+                        }
+                    }
+                }
+            }
+            // Only reachable through rounding in `cum`.
+            self.rng = rng;
+            Ok(last)
+        })();
+        self.cands = cands;
+        r
     }
 
     /// The llama.cpp repetition penalty, once per distinct token among the last `repeat_last_n`.
     fn penalize(&mut self, logits: &mut [f32], recent: &[u32]) -> Result<()> {
-        if !self.params.penalizes() {
-            return Ok(());
-        }
-        let p = self.params.repetition_penalty;
-        let start = recent.len().saturating_sub(self.params.repeat_last_n);
-        self.window.clear();
-        self.window.extend_from_slice(&recent[start..]);
-        self.window.sort_unstable();
-        self.window.dedup();
+        self.penalty_window(recent);
         let vocab = logits.len();
         for &t in &self.window {
             let l = logits.get_mut(t as usize).ok_or_else(|| {
                 Error::InvalidArgument(format!("sample: recent token {t} is past the vocabulary ({vocab} logits)"))
             })?;
-            *l = if *l > 0.0 { *l / p } else { *l * p };
+            *l = self.params.penalized(*l);
         }
         Ok(())
     }
+}
 
-    /// Fills `self.cands` with the tokens that survive top-k and top-p, each with its weight
-    /// `exp((logit - max) / T)`, and returns the sum of their weights (> 0).
-    fn candidates(&mut self, logits: &[f32]) -> Result<f64> {
-        let cands = &mut self.cands;
-        cands.clear();
-        cands.extend(
-            logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &logit)| Cand { logit, id: i as u32, w: 0.0 }),
-        );
-        if cands.is_empty() {
-            return Err(Error::InvalidArgument(format!("sample: all {} logits are NaN", logits.len())));
-        }
+/// How [`Sampler::draw`] sees the row.
+enum View<'a> {
+    /// Every penalized logit.
+    All(&'a [f32]),
+    /// Only `Sampler::head`: the largest penalized logit and the row's total weight under it.
+    Top { best: f32, total: f64 },
+}
 
-        // Top-k: an O(V) selection, no sort.
-        let k = self.params.top_k;
-        if k > 0 && k < cands.len() {
-            cands.select_nth_unstable_by(k - 1, by_rank);
-            cands.truncate(k);
-        }
-
-        // Softmax weights, relative to the largest logit (so the best token weighs exactly 1).
-        let max = cands.iter().map(|c| c.logit).fold(f32::NEG_INFINITY, f32::max);
-        let inv_t = 1.0 / self.params.temperature as f64;
-        let mut total = 0.0;
-        for c in cands.iter_mut() {
-            c.w = if max == f32::INFINITY {
-                if c.logit == f32::INFINITY { 1.0 } else { 0.0 }
-            } else if max == f32::NEG_INFINITY {
-                1.0 // every candidate is -inf: uniform among them
-            } else {
-                ((c.logit as f64 - max as f64) * inv_t).exp()
-            };
-            total += c.w;
-        }
-
-        // Top-p: only the head of the ranking is needed. Select the best m (O(V)), and sort just
-        // those once they hold enough mass; m grows ×4 in the rare case they do not.
-        let p = self.params.top_p as f64;
-        if p < 1.0 {
-            let target = p * total;
-            let n = cands.len();
-            let mut m = n.min(64);
-            loop {
-                if m < n {
-                    cands.select_nth_unstable_by(m - 1, by_rank);
-                }
-                let head: f64 = cands[..m].iter().map(|c| c.w).sum();
-                if head >= target || m == n {
-                    cands[..m].sort_unstable_by(by_rank);
-                    let mut cum = 0.0;
-                    let mut keep = m;
-                    for (i, c) in cands[..m].iter().enumerate() {
-                        cum += c.w;
-                        if cum >= target {
-                            keep = i + 1;
-                            break;
-                        }
-                    }
-                    cands.truncate(keep.max(1));
-                    total = cands.iter().map(|c| c.w).sum();
-                    break;
-                }
-                m = n.min(m.saturating_mul(4));
-            }
-        }
-        Ok(total)
+/// `exp((l - best) / T)`, with infinite logits taking all the weight (shared evenly), and an
+/// all `-inf` row uniform.
+fn weight(l: f32, best: f32, inv_t: f64) -> f64 {
+    if best == f32::INFINITY {
+        if l == f32::INFINITY { 1.0 } else { 0.0 }
+    } else if best == f32::NEG_INFINITY {
+        1.0
+    } else {
+        ((l as f64 - best as f64) * inv_t).exp()
     }
+}
+
+/// The largest non-NaN logit and the row's total weight under it.
+fn row_weights(logits: &[f32], inv_t: f64) -> Result<(f32, f64)> {
+    let best = logits.iter().filter(|l| !l.is_nan()).fold(None, |m: Option<f32>, &l| Some(m.map_or(l, |m| m.max(l))));
+    let Some(best) = best else {
+        return Err(Error::InvalidArgument(format!("sample: all {} logits are NaN", logits.len())));
+    };
+    Ok((best, logits.iter().filter(|l| !l.is_nan()).map(|&l| weight(l, best, inv_t)).sum()))
+}
+
+/// Weighs ranked candidates relative to the first (the largest); returns the sum.
+fn weigh(cands: &mut [Cand], inv_t: f64) -> f64 {
+    let best = cands.first().map_or(0.0, |c| c.logit);
+    cands.iter_mut().map(|c| {
+        c.w = weight(c.logit, best, inv_t);
+        c.w
+    }).sum()
+}
+
+/// `cands` = the `k` best non-NaN logits ranked (all of them for 0); returns how many non-NaN
+/// logits the row has.
+fn fill_ranked(cands: &mut Vec<Cand>, logits: &[f32], k: usize) -> Result<usize> {
+    cands.clear();
+    cands.extend(logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &logit)| Cand { logit, id: i as u32, w: 0.0 }));
+    if cands.is_empty() {
+        return Err(Error::InvalidArgument(format!("sample: all {} logits are NaN", logits.len())));
+    }
+    let n = logits.iter().filter(|l| !l.is_nan()).count();
+    if k > 0 && k < cands.len() {
+        cands.select_nth_unstable_by(k - 1, by_rank);
+        cands.truncate(k);
+    }
+    cands.sort_unstable_by(by_rank);
+    Ok(n)
+}
+
+/// An unsigned key ordered as the floats are (`-0` just below `+0`); 0 for NaN. The `topk`
+/// kernel uses the same map.
+pub fn order_key(v: f32) -> u32 {
+    if v.is_nan() {
+        return 0;
+    }
+    let b = v.to_bits();
+    if b & 0x8000_0000 != 0 { !b } else { b | 0x8000_0000 }
+}
+
+/// The float of an [`order_key`].
+pub fn order_value(k: u32) -> f32 {
+    if k & 0x8000_0000 != 0 { f32::from_bits(k & 0x7fff_ffff) } else { f32::from_bits(!k) }
+}
+
+/// The [`TOP`]-th largest order key of the row (1 when it has fewer non-NaN logits), as the
+/// `topk` kernel finds it.
+pub fn top_threshold(logits: &[f32], keys: &mut Vec<u32>) -> u32 {
+    keys.clear();
+    keys.extend(logits.iter().map(|&l| order_key(l)).filter(|&k| k != 0));
+    if keys.len() < TOP {
+        return 1;
+    }
+    let i = keys.len() - TOP;
+    *keys.select_nth_unstable(i).1
 }
 
 #[cfg(test)]
@@ -389,7 +677,7 @@ mod tests {
         assert_close(&got, &[p[0] / z, p[1] / z, p[2] / z, 0.0], 0.015);
     }
 
-    /// The kept set from `candidates` equals a brute-force top-k / full-sort top-p, including
+    /// The kept set equals a brute-force top-k / full-sort top-p, including
     /// flat distributions where top-p needs far more than the first 64 tokens.
     #[test]
     fn candidate_sets_match_brute_force() {
@@ -407,7 +695,8 @@ mod tests {
             logits[3] = f32::NAN;
             let p = SamplingParams { top_k: k, top_p, temperature: t, ..SamplingParams::default() };
             let mut s = Sampler::new(p).unwrap();
-            s.candidates(&logits).unwrap();
+            s.sample(&mut logits.clone(), &[]).unwrap();
+            // `sample` leaves the kept candidates in `cands`.
             let mut got: Vec<u32> = s.cands.iter().map(|c| c.id).collect();
             got.sort_unstable();
 
@@ -519,5 +808,123 @@ mod tests {
         // A tiny temperature is greedy in effect, without overflow.
         let mut s = Sampler::new(params(1e-30)).unwrap();
         assert_eq!(s.sample(&mut [1.0, 1.5, 1.4999], &[]).unwrap(), 1);
+    }
+
+    /// What the `topk` kernel would return for `logits`, with an exact sum.
+    fn top_of(logits: &[f32], t: f32, window: &[u32]) -> Top {
+        let mut keys = Vec::new();
+        let threshold = top_threshold(logits, &mut keys);
+        let max = logits.iter().filter(|l| !l.is_nan()).cloned().fold(f32::NEG_INFINITY, f32::max);
+        let sum = logits.iter().filter(|l| !l.is_nan()).map(|&l| ((l as f64 - max as f64) / t as f64).exp()).sum();
+        let cands = logits.iter().enumerate().filter(|(_, &l)| order_key(l) >= threshold).map(|(i, &l)| (i as u32, l)).collect();
+        let window = window.iter().map(|&id| logits[id as usize]).collect();
+        let cands: Vec<(u32, f32)> = cands;
+        Top { count: cands.len(), cands, threshold, max, sum, window, vocab: logits.len() }
+    }
+
+    #[test]
+    fn order_keys_sort_as_floats() {
+        let vals = [f32::NEG_INFINITY, -1e30, -2.5, -1e-40, -0.0, 0.0, 1e-40, 1.0, 3.4e38, f32::INFINITY];
+        for w in vals.windows(2) {
+            assert!(order_key(w[0]) < order_key(w[1]), "{} {}", w[0], w[1]);
+        }
+        for v in vals {
+            assert_eq!(order_value(order_key(v)).to_bits(), v.to_bits());
+        }
+        assert_eq!(order_key(f32::NAN), 0);
+        assert_eq!(order_key(-f32::NAN), 0);
+        let mut keys = Vec::new();
+        let row: Vec<f32> = (0..1000).map(|i| (i % 500) as f32).collect();
+        // The 256th largest of 2 × (0..500): 372 (values 372..499 twice = 256).
+        assert_eq!(order_value(top_threshold(&row, &mut keys)), 372.0);
+        assert_eq!(top_threshold(&row[..100], &mut keys), 1);
+    }
+
+    /// Drawing from the top of the row gives the token the whole row gives, for the same stream,
+    /// and says when it cannot (then the whole row gives what it would have).
+    #[test]
+    fn sampling_from_the_top_equals_sampling_from_the_row() {
+        let mut rng = Rng(2024);
+        let mut answered = [0usize; 2];
+        for trial in 0..120u64 {
+            let vocab = if trial % 10 == 0 { 49_152 } else { 700 + rng.below(3000) };
+            // Rows like a language model's (a few tokens far above the rest), and flat ones.
+            let peaked = trial % 3 != 1;
+            let mut base = rng.vec(vocab, if peaked { 2.0 } else { 0.5 });
+            if peaked {
+                for _ in 0..8 {
+                    base[rng.below(vocab)] += 10.0;
+                }
+            }
+            if trial % 7 == 0 {
+                base[rng.below(vocab)] = f32::NAN;
+                let m = argmax(&base).unwrap() as usize;
+                base[(m + 3) % vocab] = base[m];
+            }
+            let p = SamplingParams {
+                temperature: [1.0, 0.7, 1.3, 0.0][trial as usize % 4],
+                top_k: [0, 0, 40, 1, 400][trial as usize % 5],
+                top_p: [1.0, 0.9, 0.5][trial as usize % 3],
+                repetition_penalty: [1.0, 1.3, 0.8, 1.0][(trial / 3) as usize % 4],
+                seed: trial,
+                ..SamplingParams::default()
+            };
+            let mut full = Sampler::new(p.clone()).unwrap();
+            let mut top = Sampler::new(p.clone()).unwrap();
+            let mut recent: Vec<u32> = (0..20).map(|_| rng.below(vocab) as u32).collect();
+            for _step in 0..6 {
+                let mut logits = base.clone();
+                let want = full.sample(&mut logits, &recent).unwrap();
+                let window = top.penalty_window(&recent).to_vec();
+                let t = if p.temperature > 0.0 { p.temperature } else { 1.0 };
+                match top.sample_top(&top_of(&base, t, &window), &recent).unwrap() {
+                    Some(got) => {
+                        assert_eq!(got, want, "trial {trial} {p:?}");
+                        answered[0] += (peaked && p.top_k <= TOP) as usize;
+                    }
+                    None => {
+                        assert_eq!(top.sample(&mut base.clone(), &recent).unwrap(), want, "trial {trial} {p:?}");
+                        answered[1] += (peaked && p.top_k <= TOP) as usize;
+                    }
+                }
+                recent.push(want);
+                base[want as usize] += 0.5;
+            }
+        }
+        // Most draws from peaked rows need only the top (top_k 400 > TOP needs the row; the rest
+        // land in the tail of the plain draw, ~6% of the mass in the 49,152-token rows).
+        assert!(answered[0] > 9 * answered[1], "from the top {}, from the row {}", answered[0], answered[1]);
+    }
+
+    #[test]
+    fn sampling_from_the_top_refuses_what_it_cannot_rank() {
+        let mut rng = Rng(5);
+        let logits = rng.vec(2000, 1.0);
+        let mut s = Sampler::new(SamplingParams { seed: 1, ..params(1.0) }).unwrap();
+        let good = top_of(&logits, 1.0, &[]);
+        assert!(s.sample_top(&good, &[]).is_ok());
+        for bad in [
+            Top { count: 0, cands: Vec::new(), ..good.clone() },
+            Top { count: TOP_CAP + 1, cands: vec![(0, 0.0); TOP_CAP], ..good.clone() },
+            Top { count: good.count + 1, ..good.clone() },
+            Top { max: f32::INFINITY, ..good.clone() },
+            Top { sum: f64::NAN, ..good.clone() },
+            Top { sum: 0.5, ..good.clone() },
+            Top { window: vec![0.0], ..good.clone() },
+        ] {
+            assert_eq!(s.sample_top(&bad, &[]).unwrap(), None);
+        }
+        let past = Top { count: 1, cands: vec![(2000, 1.0)], ..good.clone() };
+        invalid(s.sample_top(&past, &[]));
+        // A flat row: a plain draw lands in the tail most of the time and needs the row.
+        let flat = rng.vec(2000, 0.01);
+        let mut nones = 0;
+        for _ in 0..50 {
+            if s.sample_top(&top_of(&flat, 1.0, &[]), &[]).unwrap().is_none() {
+                nones += 1;
+                s.sample(&mut flat.clone(), &[]).unwrap();
+            }
+        }
+        assert!(nones > 30, "{nones}");
     }
 }

@@ -25,6 +25,10 @@ pub enum Check {
     Argmax { rows: usize, n: usize },
     /// Greedy feed: the argmax goes to `ids[slot]` and `tokens[0]`, `pos[0]` advances.
     ArgmaxFeed { n: usize, slot: usize },
+    /// What a temperature sampler reads: the `k` largest of `n` logits (at most `cap`, ties
+    /// included), max, softmax sum, and `window` penalty-window logits. `flat`: every logit equal
+    /// (more ties than `cap`).
+    TopK { n: usize, k: usize, cap: usize, window: usize, flat: bool },
     /// `past` tokens already cached, then `t` new ones; pages shuffled in a pool of `pool` pages.
     Attention { past: usize, t: usize, n_head: usize, n_kv: usize, head_dim: usize, page: usize, pool: usize },
     /// A decode step's attention with RoPE and the KV write fused in, after `past` cached tokens.
@@ -66,6 +70,7 @@ impl Check {
             Check::Embed { t, vocab, dim } => format!("embed Q8_0 T={t} vocab={vocab} dim={dim}"),
             Check::Argmax { rows, n } => format!("argmax rows={rows} n={n}"),
             Check::ArgmaxFeed { n, slot } => format!("argmax feed n={n} slot={slot}"),
+            Check::TopK { n, k, cap, window, flat } => format!("topk n={n} k={k} cap={cap} window={window}{}", if *flat { " flat" } else { "" }),
             Check::DecodeAttention { past, n_head, n_kv, head_dim, page, pool } => {
                 format!("rope+kv_write+attention (fused) past={past} heads={n_head}/{n_kv} hd={head_dim} page={page} pool={pool}")
             }
@@ -91,6 +96,9 @@ impl Check {
             v.push(Check::Matvec { format: Format::Q8_0, k: 96, n: 33, x_row: 0, op: Fused::RmsNorm, acc: false, kind });
         }
         v.push(Check::ArgmaxFeed { n: 1000, slot: 2 });
+        v.push(Check::TopK { n: 3000, k: 64, cap: 128, window: 5, flat: false });
+        v.push(Check::TopK { n: 100, k: 256, cap: 512, window: 3, flat: false });
+        v.push(Check::TopK { n: 700, k: 32, cap: 64, window: 0, flat: true });
         v.push(Check::DecodeAttention { past: 9, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 });
         v.push(Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 });
         v.push(Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 64, n: 33 });
@@ -213,6 +221,56 @@ impl Check {
                     return Err(Error::Mismatch(format!("{name}: out[{r}] = {} (GPU) vs {} (CPU)", got[r], want[r])));
                 }
                 Ok(Report { name, max_err: 0.0, ms: None, rate: None })
+            }
+            Check::TopK { n, k, cap, window, flat } => {
+                let mut x = if flat { vec![0.25; n] } else { rng.vec(n, 8.0) };
+                if !flat {
+                    // A NaN (never a candidate, not in the sum), a -inf, and a tie across the
+                    // threshold (both tokens are candidates).
+                    x[n / 3] = f32::NAN;
+                    x[n / 5] = f32::NEG_INFINITY;
+                    let mut sorted: Vec<f32> = x.iter().copied().filter(|v| !v.is_nan()).collect();
+                    sorted.sort_by(|a, b| b.total_cmp(a));
+                    if let Some(&kth) = sorted.get(k - 1) {
+                        let i = x.iter().position(|&v| v < kth && v.is_finite()).unwrap_or(0);
+                        x[i] = kth;
+                    }
+                }
+                // Window ids: some tokens, one repeated, one past the row (reads as 0).
+                let win: Vec<u32> = (0..window).map(|i| if i + 1 == window { n as u32 + 5 } else { rng.below(n) as u32 }).collect();
+                let inv_t = 1.0 / 0.8;
+                let xb = gpu.upload("x", &x).await?;
+                let wb = gpu.upload("window", &if win.is_empty() { vec![0] } else { win.clone() }).await?;
+                let ob = gpu.storage("out", 4 * ops::topk_words(cap, window) as u64).await?;
+                ops_once(gpu, |b| ops::topk(b, &xb, n, k, cap, inv_t, &wb, window, &ob)).await?;
+                let got = gpu.read_u32(&ob, ops::topk_words(cap, window)).await?;
+                let (want, sum) = oracle::topk(&x, k, cap, inv_t, &win);
+                if got[..3] != want[..3] {
+                    return Err(Error::Mismatch(format!("{name}: count, threshold, max = {:?} (GPU) vs {:?} (CPU)", &got[..3], &want[..3])));
+                }
+                let gsum = f32::from_bits(got[3]) as f64;
+                let err = ((gsum - sum) / sum).abs() as f32;
+                if err.is_nan() || err >= 1e-5 {
+                    return Err(Error::Mismatch(format!("{name}: sum {gsum} (GPU) vs {sum} (CPU)")));
+                }
+                let pairs = |w: &[u32]| {
+                    let mut p: Vec<(u32, u32)> = w[4..4 + 2 * cap].chunks(2).map(|c| (c[0], c[1])).take((w[0] as usize).min(cap)).collect();
+                    p.sort_unstable();
+                    p
+                };
+                let (gp, wp) = (pairs(&got), pairs(&want));
+                let full = (want[0] as usize) <= cap;
+                // With more ties than slots the kernel keeps whichever came first: any of them.
+                let valid = |&(id, bits): &(u32, u32)| (id as usize) < n && x[id as usize].to_bits() == bits && crate::sample::order_key(x[id as usize]) >= want[1];
+                let distinct = gp.windows(2).all(|w| w[0].0 != w[1].0);
+                if (full && gp != wp) || !gp.iter().all(valid) || !distinct {
+                    return Err(Error::Mismatch(format!("{name}: candidates {:?}… (GPU) vs {:?}… (CPU)", &gp[..gp.len().min(6)], &wp[..wp.len().min(6)])));
+                }
+                let tail = 4 + 2 * cap;
+                if got[tail..] != want[tail..] {
+                    return Err(Error::Mismatch(format!("{name}: window logits {:?} (GPU) vs {:?} (CPU)", &got[tail..], &want[tail..])));
+                }
+                Ok(Report { name, max_err: err, ms: None, rate: None })
             }
             Check::ArgmaxFeed { n, slot } => {
                 let x = rng.vec(n, 10.0);

@@ -192,3 +192,29 @@ fn wrong_layout_is_diagnosed_and_static_first_hits() {
     assert!(b.usage.prompt_tokens_details.cached_tokens >= static_end, "{} cached, static prefix {static_end}", b.usage.prompt_tokens_details.cached_tokens);
     assert!(b.cache.warnings.is_empty(), "{:?}", b.cache.warnings);
 }
+
+/// On the default model, temperature sampling reads the top of the logits (4.4 KB) instead of
+/// the 196 KB row for most draws, and answers exactly as reading every row does.
+#[test]
+fn sampling_from_the_gpu_top_reads_a_fraction_and_answers_the_same() {
+    let opts = EngineOptions { context: Some(1024), cache: false, ..EngineOptions::default() };
+    let mut top = real(opts.clone());
+    let mut all = real(opts);
+    all.set_top_sampling(false);
+    let messages = [Message::new("user", "Write a short poem about the sea.")];
+    let prompt = top.encode_chat(&messages).unwrap();
+    let mut drawn = (0, 0);
+    for (seed, temperature, top_p) in [(1, 0.7, 1.0), (2, 1.0, 0.95)] {
+        let sampling = hotprefix::sample::SamplingParams { temperature, top_p, seed, ..Default::default() };
+        let params = GenerateParams { sampling, ..greedy(12) };
+        let (t0, a0) = (top.gpu.counters().read_bytes, all.gpu.counters().read_bytes);
+        let got = block(top.generate(&prompt, &params, |_| {})).unwrap();
+        let want = block(all.generate(&prompt, &params, |_| {})).unwrap();
+        assert_eq!(got.tokens, want.tokens, "seed {seed}: {:?} vs {:?}", got.text, want.text);
+        let (t, a) = (top.gpu.counters().read_bytes - t0, all.gpu.counters().read_bytes - a0);
+        println!("T {temperature} top_p {top_p}: {} tokens, read {t} bytes from the top vs {a} from every row", got.tokens.len());
+        assert!(t * 4 < a, "read {t} bytes from the top vs {a} from every row");
+        drawn = top.sampling_reads();
+    }
+    assert!(drawn.0 >= 4 * drawn.1, "{} draws from the top, {} needed the row", drawn.0, drawn.1);
+}

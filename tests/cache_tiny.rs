@@ -252,3 +252,45 @@ async fn decoding_ahead() {
     assert!(e.cache_stats().pages_used >= before);
     e.audit_cache().unwrap();
 }
+
+gpu_test!(sampling_from_the_gpu_top_answers_as_sampling_from_all_logits, sampling_from_the_top);
+
+/// Temperature sampling reads the top of the logits found on the GPU (`topk`) and the whole row
+/// only when a draw lands outside it. For the same seed the answers must equal those of reading
+/// every row, under each sampler setting. (The tiny model's 320-token row is smaller than the
+/// top, so top sampling is off by default here: it is switched on.)
+async fn sampling_from_the_top() {
+    let opts = EngineOptions { context: Some(512), page_size: 4, cache: false, ..EngineOptions::default() };
+    let mut top = tiny(opts.clone()).await;
+    top.set_top_sampling(true);
+    let mut all = tiny(opts).await;
+    all.set_top_sampling(false);
+    let mut rng = Rng(17);
+    let prompt: Vec<u32> = (0..19).map(|_| rng.below(256) as u32).collect();
+    let d = SamplingParams::default;
+    let settings = [
+        SamplingParams { temperature: 0.6, seed: 1, ..d() },
+        SamplingParams { temperature: 1.0, top_k: 20, seed: 2, ..d() },
+        SamplingParams { temperature: 0.9, top_p: 0.8, seed: 3, ..d() },
+        SamplingParams { temperature: 1.0, repetition_penalty: 1.3, seed: 4, ..d() },
+        SamplingParams { temperature: 0.0, repetition_penalty: 1.5, seed: 5, ..d() },
+        SamplingParams { temperature: 0.3, top_k: 5, top_p: 0.9, repetition_penalty: 0.9, seed: 6, ..d() },
+    ];
+    for sampling in settings {
+        let params = GenerateParams { sampling: sampling.clone(), ..greedy(24) };
+        let (t0, a0) = (top.sampling_reads(), all.sampling_reads());
+        let got = top.generate(&prompt, &params, |_| {}).await.unwrap();
+        let want = all.generate(&prompt, &params, |_| {}).await.unwrap();
+        assert_eq!(got.tokens, want.tokens, "{sampling:?}");
+        let (t, a) = (top.sampling_reads(), all.sampling_reads());
+        let draws = got.tokens.len() as u64;
+        assert_eq!((a.0 - a0.0, a.1 - a0.1), (0, draws), "{sampling:?}: every draw read the row");
+        let (from_top, from_row) = (t.0 - t0.0, t.1 - t0.1);
+        assert_eq!(from_top + from_row, draws, "{sampling:?}");
+        // Top-k within the top, and the greedy pick under a penalty, never need the row.
+        if sampling.top_k > 0 || sampling.temperature == 0.0 {
+            assert_eq!(from_row, 0, "{sampling:?}");
+        }
+        assert!(from_top > 0, "{sampling:?}: {from_row} draws all read the row");
+    }
+}

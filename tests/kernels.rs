@@ -121,6 +121,12 @@ gpu_test!(argmax,
     native: [Check::Argmax { rows: 1, n: 49152 }, Check::Argmax { rows: 5, n: 1001 }, Check::ArgmaxFeed { n: 49152, slot: 5 }],
     browser: [Check::Argmax { rows: 3, n: 1000 }, Check::ArgmaxFeed { n: 1000, slot: 0 }]);
 
+// The sampler's top: the real vocabulary with its window, fewer logits than k, more ties than cap.
+gpu_test!(topk,
+    native: [Check::TopK { n: 49152, k: 256, cap: 512, window: 64, flat: false }, Check::TopK { n: 100, k: 256, cap: 512, window: 3, flat: false },
+             Check::TopK { n: 5000, k: 256, cap: 512, window: 0, flat: true }, Check::TopK { n: 1001, k: 1, cap: 2, window: 1, flat: false }],
+    browser: [Check::TopK { n: 3000, k: 64, cap: 128, window: 5, flat: false }, Check::TopK { n: 700, k: 32, cap: 64, window: 0, flat: true }]);
+
 // Decode attention with RoPE and the KV write fused in: first token, page boundaries, GQA 3 (CPU
 // adapters: one invocation per KV head), GQA 6 at head dim 128 (one invocation per head), long
 // contexts split over positions.
