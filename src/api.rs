@@ -14,13 +14,17 @@ use crate::sample::SamplingParams;
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(untagged)]
 pub enum Stop {
+    /// No stop strings: the field is absent or `null`.
     #[default]
     None,
+    /// A single stop string.
     One(String),
+    /// A list of stop strings (any of them stops generation).
     Many(Vec<String>),
 }
 
 impl Stop {
+    /// The stop strings as a list (empty for [`Stop::None`]).
     pub fn to_vec(&self) -> Vec<String> {
         match self {
             Stop::None => Vec::new(),
@@ -39,20 +43,31 @@ fn default_max_tokens() -> usize {
 /// is what a cache demo and tests want.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ChatRequest {
+    /// The conversation, oldest message first; must not be empty.
     pub messages: Vec<Message>,
     /// Tokens to generate at most; 0 computes the prompt's K/V and keeps it resident (prewarm).
     #[serde(default = "default_max_tokens", alias = "max_completion_tokens")]
     pub max_tokens: usize,
+    /// Softmax temperature; 0 (the default) is greedy. Must be finite and ≥ 0.
     #[serde(default)]
     pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens; 0 (the default) turns it off.
     #[serde(default)]
     pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probability adds up to at least `top_p`;
+    /// must be in (0, 1], 1 (the default) turns it off.
     #[serde(default = "one")]
     pub top_p: f32,
+    /// llama.cpp-style penalty for the last 64 tokens of prompt and completion; must be finite
+    /// and > 0, 1 (the default) turns it off.
     #[serde(default = "one")]
     pub repetition_penalty: f32,
+    /// Seed of the sampler's generator (0 by default): the same request and seed give the same
+    /// answer.
     #[serde(default)]
     pub seed: u64,
+    /// Generation stops before the first occurrence of any of these strings, which is not part
+    /// of the text.
     #[serde(default)]
     pub stop: Stop,
     /// Prefixes are shared only between requests with the same salt (vLLM's `cache_salt`).
@@ -89,6 +104,7 @@ impl ChatRequest {
         Ok(r)
     }
 
+    /// The request's sampling parameters (the penalty window, `repeat_last_n`, at its default).
     pub fn sampling(&self) -> SamplingParams {
         SamplingParams {
             temperature: self.temperature,
@@ -104,11 +120,15 @@ impl ChatRequest {
 /// OpenAI's `usage`.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Usage {
+    /// Tokens of the prompt that was run (after head truncation).
     pub prompt_tokens: usize,
+    /// Tokens generated (the end-of-turn token that ended generation is not counted).
     pub completion_tokens: usize,
+    /// How many of the prompt tokens came from the resident cache.
     pub prompt_tokens_details: PromptTokensDetails,
 }
 
+/// OpenAI's `usage.prompt_tokens_details`.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct PromptTokensDetails {
     /// Prompt tokens whose K/V were resident and were not recomputed.
@@ -122,6 +142,7 @@ pub struct Timings {
     pub ttft_ms: f64,
     /// Time spent computing the prompt's uncached tokens.
     pub prefill_ms: f64,
+    /// Tokens per second after the first generated token (0 when no further token was decoded).
     pub decode_tok_s: f64,
 }
 
@@ -134,11 +155,13 @@ pub struct DivergedAt {
     /// role; `null` when it falls in the template's own text (role headers, a default system
     /// prompt the template adds, the generation prompt).
     pub message: Option<usize>,
+    /// The role of that message (`"user"`, …); `null` when `message` is.
     pub role: Option<String>,
     /// Character offset inside that message's content (0 when outside any content).
     pub char: usize,
-    /// A few tokens of the resident text and of the new text from that point.
+    /// A few tokens of the resident text from that point.
     pub resident: String,
+    /// A few tokens of the new prompt's text from that point.
     pub new: String,
 }
 
@@ -161,20 +184,28 @@ pub struct CacheReport {
     pub reused_tokens: usize,
     /// Messages head truncation dropped to fit the context window.
     pub dropped_messages: usize,
+    /// Where the prompt stopped matching a resident sequence; absent when it did not (nothing
+    /// resident under its salt, or the match ran until the prompt or the resident sequence ended).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diverged_at: Option<DivergedAt>,
+    /// Prompt-layout rules the request breaks (empty when none).
     pub warnings: Vec<Warning>,
 }
 
 /// The result of one chat completion.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChatResult {
+    /// The generated text, without the stop string that ended it.
     pub text: String,
+    /// The generated token ids.
     pub tokens: Vec<u32>,
     /// `stop` (end of turn or a stop string), `length` (`max_tokens`) or `abort`.
     pub finish_reason: &'static str,
+    /// Prompt and completion token counts, OpenAI's shape.
     pub usage: Usage,
+    /// Time to first token, prefill time and decode speed.
     pub timings: Timings,
+    /// What the resident cache reused, dropped and found.
     pub cache: CacheReport,
     /// The token ids that were run (after head truncation); not part of the JSON.
     #[serde(skip)]

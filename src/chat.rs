@@ -75,8 +75,11 @@ fn jinja_err(what: &str, e: minijinja::Error) -> Error {
 /// messages never are either.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
+    /// `"system"`, `"user"` or `"assistant"`.
     pub role: String,
+    /// The message's text, encoded as plain text (never as control tokens).
     pub content: String,
+    /// Never dropped by head truncation; omitted from the JSON when `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pinned: bool,
 }

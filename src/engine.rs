@@ -1,6 +1,6 @@
 //! The engine: model + tokenizer + chat template + the resident prompt cache, and `generate()`.
 //!
-//! Every request's K/V stays resident after it ends, indexed by its tokens ([`PrefixIndex`]). A new
+//! Every request's K/V stays resident after it ends, indexed by its tokens (`PrefixIndex`). A new
 //! request looks up the longest resident prefix of its prompt, shares the completely filled pages
 //! of that prefix by reference, copies the shared part of a partly matching page into a page of its
 //! own (copy-on-write, one small kernel: a sequence never writes into a page another holder can
@@ -25,7 +25,10 @@ const DECODE_AHEAD: usize = 8;
 use crate::model::{Logits, Model, Options, TensorBytes};
 use crate::ops;
 use crate::persist;
-use crate::prefix::{Divergence, PrefixIndex, Resident};
+use crate::prefix::PrefixIndex;
+/// Where a request stopped matching the resident prefix ([`Generation::divergence`]), and a
+/// resident prefix ([`CacheStats::prefixes`]).
+pub use crate::prefix::{Divergence, Resident};
 use crate::sample::{Sampler, SamplingParams, TOP_WINDOW};
 use crate::selftest::now_ms;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -63,12 +66,16 @@ impl Default for EngineOptions {
 pub struct AbortSignal(Rc<Cell<bool>>);
 
 impl AbortSignal {
+    /// A signal that has not been aborted.
     pub fn new() -> Self {
         Self::default()
     }
+    /// Aborts, for this signal and every clone of it: the generation stops before its next token
+    /// or prefill chunk and ends with [`Finish::Abort`].
     pub fn abort(&self) {
         self.0.set(true);
     }
+    /// Whether [`Self::abort`] was called on this signal or a clone of it.
     pub fn is_aborted(&self) -> bool {
         self.0.get()
     }
@@ -79,11 +86,13 @@ impl AbortSignal {
 pub struct GenerateParams {
     /// Tokens to generate at most; 0 computes the prompt and keeps it resident (prewarm).
     pub max_tokens: usize,
+    /// How each token is chosen.
     pub sampling: SamplingParams,
     /// Generation stops before the first occurrence of any of these strings.
     pub stop: Vec<String>,
     /// Prefixes are shared only between requests with the same salt.
     pub cache_salt: String,
+    /// Stops the generation between two tokens (or prefill chunks); `None`: runs to the end.
     pub abort: Option<AbortSignal>,
 }
 
@@ -105,6 +114,7 @@ pub enum Finish {
 }
 
 impl Finish {
+    /// The `finish_reason` string: `"stop"`, `"length"` or `"abort"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Finish::Stop => "stop",
@@ -117,8 +127,11 @@ impl Finish {
 /// The result of `generate`.
 #[derive(Clone, Debug)]
 pub struct Generation {
+    /// The generated text, without the stop string that ended it.
     pub text: String,
+    /// The generated token ids (the end-of-turn token that ended generation is not included).
     pub tokens: Vec<u32>,
+    /// Tokens in the prompt.
     pub prompt_tokens: usize,
     /// Prompt tokens whose K/V were already resident and were not recomputed.
     pub cached_tokens: usize,
@@ -127,19 +140,28 @@ pub struct Generation {
     pub reused_tokens: usize,
     /// Where the prompt diverged from a resident sequence, if it did.
     pub divergence: Option<Divergence>,
+    /// Why generation ended.
     pub finish: Finish,
+    /// Time to first token, prefill time and decode speed.
     pub timings: api::Timings,
 }
 
 /// The KV cache's state, for `stats`.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct CacheStats {
+    /// Pages in the KV pool (the KV budget).
     pub pages_total: usize,
+    /// Pages held (between requests, by the resident prefixes).
     pub pages_used: usize,
+    /// Pages nobody holds.
     pub pages_free: usize,
+    /// Positions per page.
     pub page_size: usize,
+    /// Bytes of one page: K and V of every layer.
     pub page_bytes: u64,
+    /// Bytes of the whole pool (`pages_total × page_bytes`).
     pub bytes_total: u64,
+    /// Bytes of the pages held (`pages_used × page_bytes`).
     pub bytes_used: u64,
     /// Pages evicted since the engine was loaded.
     pub evicted_pages: u64,
@@ -150,8 +172,11 @@ pub struct CacheStats {
 /// What [`Engine::restore_cache`] made resident.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Restored {
+    /// Prefixes made resident.
     pub prefixes: usize,
+    /// Their tokens, summed over the prefixes.
     pub tokens: usize,
+    /// Pages filled from the file (a page several prefixes share counts once).
     pub pages: usize,
     /// Prefixes left out: longer than the context window, or no room in the KV budget.
     pub skipped: usize,
@@ -160,6 +185,7 @@ pub struct Restored {
 /// A prompt encoded from messages: the token ids and where each message's content lies.
 #[derive(Clone, Debug)]
 pub struct Encoded {
+    /// The prompt's token ids.
     pub ids: Vec<u32>,
     /// Token range of each message's content.
     pub contents: Vec<std::ops::Range<usize>>,
@@ -167,10 +193,10 @@ pub struct Encoded {
 
 /// A loaded model with its resident prompt cache, ready to generate.
 pub struct Engine {
-    pub gpu: Gpu,
-    pub model: Model,
-    pub tokenizer: Tokenizer,
-    pub template: Option<ChatTemplate>,
+    pub(crate) gpu: Gpu,
+    pub(crate) model: Model,
+    pub(crate) tokenizer: Tokenizer,
+    pub(crate) template: Option<ChatTemplate>,
     kv: KvCache,
     index: PrefixIndex,
     history: History,
@@ -626,6 +652,32 @@ impl Engine {
         self.model.read_logits(&self.gpu, 1).await
     }
 
+    /// The GPU it runs on (its adapter, counters and profiler).
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// The model (its shape, kernels and lower-level forward passes).
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Switches the model's kernel variant or decode fusion ([`Model::use_kernels`],
+    /// [`Model::fuse_decode`]): benchmarks and tests of each variant.
+    pub fn model_mut(&mut self) -> &mut Model {
+        &mut self.model
+    }
+
+    /// The model's tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The model's chat template, if its file has one.
+    pub fn template(&self) -> Option<&ChatTemplate> {
+        self.template.as_ref()
+    }
+
     /// The cache's pages and resident prefixes.
     pub fn cache_stats(&self) -> CacheStats {
         let pool = self.kv.pool.borrow();
@@ -658,7 +710,7 @@ impl Engine {
     }
 
     /// Every resident prefix (salt, token ids) and its KV pages as a saved-cache file
-    /// ([`persist`]); `model` names the model file (the browser package passes its sha256), and a
+    /// (`persist`); `model` names the model file (the browser package passes its sha256), and a
     /// restore checks it. Pages shared by several prefixes are saved once.
     pub async fn save_cache(&self, model: &str) -> Result<Vec<u8>> {
         let mut slot: HashMap<u32, u32> = HashMap::new();

@@ -30,10 +30,22 @@ pub enum Error {
     Readback(String),
     /// An op was called with tensors whose shapes do not fit together.
     #[error("{op}: {detail}")]
-    Shape { op: &'static str, detail: String },
+    Shape {
+        /// The op that refused them.
+        op: &'static str,
+        /// The shapes given, and what was expected.
+        detail: String,
+    },
     /// A buffer or binding would exceed what this adapter allows.
     #[error("{what} needs {bytes} bytes but this adapter allows {limit}")]
-    TooLarge { what: String, bytes: u64, limit: u64 },
+    TooLarge {
+        /// What was to be allocated or bound.
+        what: String,
+        /// Bytes it needs.
+        bytes: u64,
+        /// Bytes this adapter allows.
+        limit: u64,
+    },
     /// Weight bytes that do not match their declared format and shape.
     #[error("invalid weight data: {0}")]
     Weights(String),
@@ -45,11 +57,21 @@ pub enum Error {
     Model(String),
     /// The sequence would grow past the KV cache's capacity (or its own page table).
     #[error("context full: {needed} tokens needed, room for {capacity}")]
-    ContextFull { needed: usize, capacity: usize },
+    ContextFull {
+        /// Positions needed (a request: its prompt plus `max_tokens`).
+        needed: usize,
+        /// Positions available (the context window, or the sequence's room).
+        capacity: usize,
+    },
     /// The KV budget cannot hold the request, even after evicting every cached prefix no running
     /// request uses. Nothing resident was changed.
     #[error("KV cache budget exhausted: {needed_pages} more pages needed, {free_pages} can be freed")]
-    CacheFull { needed_pages: usize, free_pages: usize },
+    CacheFull {
+        /// Pages needed beyond those the request already holds or shares.
+        needed_pages: usize,
+        /// Pages that were free or could be freed by eviction.
+        free_pages: usize,
+    },
     /// A KV page accounting error (a double release, a write into a shared page): a bug in
     /// hotprefix, reported instead of silently handing one page to two sequences. The cache must be
     /// cleared before it is used again.
@@ -106,6 +128,7 @@ impl Error {
     }
 }
 
+/// `std::result::Result` with [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(target_arch = "wasm32")]

@@ -15,18 +15,31 @@ const MAX_DIMS: u32 = 4;
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// `UINT8` (type 0).
     U8(u8),
+    /// `INT8` (type 1).
     I8(i8),
+    /// `UINT16` (type 2).
     U16(u16),
+    /// `INT16` (type 3).
     I16(i16),
+    /// `UINT32` (type 4).
     U32(u32),
+    /// `INT32` (type 5).
     I32(i32),
+    /// `FLOAT32` (type 6).
     F32(f32),
+    /// `BOOL` (type 7), stored as one byte that must be 0 or 1.
     Bool(bool),
+    /// `STRING` (type 8), UTF-8.
     Str(String),
+    /// `ARRAY` (type 9) of values of one type; arrays of arrays are refused.
     Array(Vec<Value>),
+    /// `UINT64` (type 10).
     U64(u64),
+    /// `INT64` (type 11).
     I64(i64),
+    /// `FLOAT64` (type 12).
     F64(f64),
 }
 
@@ -65,6 +78,7 @@ impl Value {
         }
     }
 
+    /// The value as a float, if it is a float or a non-negative integer of any width.
     pub fn as_f64(&self) -> Option<f64> {
         match *self {
             Value::F32(v) => Some(v as f64),
@@ -73,6 +87,7 @@ impl Value {
         }
     }
 
+    /// The value as a string, if it is one.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
@@ -84,20 +99,28 @@ impl Value {
 /// One tensor's header. `offset` is absolute in the file; `bytes` follows from type and shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorInfo {
+    /// The tensor's name (`token_embd.weight`, `blk.0.attn_q.weight`, …).
     pub name: String,
     /// GGUF order: `dims[0]` is the fastest-varying (row length).
     pub dims: Vec<u64>,
+    /// The ggml type id of its data (`GGML_TYPE_*`: 0 F32, 1 F16, 8 Q8_0, …).
     pub ggml_type: u32,
+    /// Byte offset of its data from the start of the file (aligned to `general.alignment`).
     pub offset: u64,
+    /// Size of its data in bytes.
     pub bytes: u64,
 }
 
 /// A parsed GGUF header: metadata and tensor table, checked against the file's length.
 #[derive(Clone, Debug)]
 pub struct Gguf {
+    /// The GGUF format version: 2 or 3.
     pub version: u32,
+    /// The metadata key-value pairs, by key.
     pub metadata: BTreeMap<String, Value>,
+    /// The tensor headers, in file order.
     pub tensors: Vec<TensorInfo>,
+    /// Length of the whole file in bytes, which every tensor's data was checked to lie within.
     pub file_len: u64,
 }
 
@@ -326,6 +349,7 @@ impl Gguf {
         Ok(Gguf { version, metadata, tensors, file_len })
     }
 
+    /// The metadata value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.metadata.get(key)
     }
@@ -353,6 +377,7 @@ impl Gguf {
         }
     }
 
+    /// The header of the tensor named `name`; [`Error::Gguf`] when there is none.
     pub fn tensor(&self, name: &str) -> Result<&TensorInfo> {
         self.tensors.iter().find(|t| t.name == name).ok_or_else(|| err(format!("tensor {name} is missing")))
     }

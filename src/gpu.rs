@@ -22,14 +22,16 @@ pub struct Caps {
 
 /// How a kernel binding is accessed. Binding 0 of every kernel is its uniform parameter block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Access {
+#[cfg_attr(feature = "test-support", visibility::make(pub))]
+pub(crate) enum Access {
     Read,
     ReadWrite,
 }
 
 /// A compute kernel: one `shaders/<op>.wgsl` file, one entry point, the storage bindings after
 /// the parameter block, in order.
-pub struct Kernel {
+#[cfg_attr(feature = "test-support", visibility::make(pub))]
+pub(crate) struct Kernel {
     pub name: &'static str,
     pub source: &'static str,
     pub entry: &'static str,
@@ -55,18 +57,19 @@ struct BindKey {
 /// Parameter slots in the arena; a batch with more dispatches submits in parts.
 const PARAM_SLOTS: u64 = 4096;
 /// Largest parameter block a kernel may use, in bytes.
-pub const MAX_PARAMS: usize = 64;
+#[cfg_attr(feature = "test-support", visibility::make(pub))]
+pub(crate) const MAX_PARAMS: usize = 64;
 
 /// A kernel's bind group layout and the pipeline layout made of it.
 type Layouts = (wgpu::BindGroupLayout, wgpu::PipelineLayout);
 
 /// The GPU: owns the device, queue and every cache. Create one per engine; pass it by reference.
 pub struct Gpu {
-    pub device: wgpu::Device,
-    pub queue: wgpu::Queue,
-    pub info: wgpu::AdapterInfo,
-    pub limits: wgpu::Limits,
-    pub caps: Caps,
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) info: wgpu::AdapterInfo,
+    pub(crate) limits: wgpu::Limits,
+    pub(crate) caps: Caps,
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<String>>>,
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
@@ -215,6 +218,33 @@ impl Gpu {
         )
     }
 
+    /// The adapter: name, backend, device type, driver.
+    pub fn info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+
+    /// The device's limits (the adapter's own, as requested).
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+
+    /// The optional features in use.
+    pub fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    /// The wgpu device (tests that make raw buffers or lose the device on purpose).
+    #[cfg(feature = "test-support")]
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// Pretends the device binds at most `bytes` per storage buffer (tests of the binding limit).
+    #[cfg(feature = "test-support")]
+    pub fn set_binding_limit(&mut self, bytes: u64) {
+        self.limits.max_storage_buffer_binding_size = bytes;
+    }
+
     /// Dispatches, passes, submissions, waits and bytes read back so far.
     pub fn counters(&self) -> Counters {
         self.counters.get()
@@ -281,7 +311,8 @@ impl Gpu {
     }
 
     /// Creates a storage buffer (inside error scopes, so out-of-memory is a typed error).
-    pub async fn storage(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) async fn storage(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
         self.check_binding(label, bytes)?;
         let scopes = Scopes::push(&self.device);
         let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -295,7 +326,8 @@ impl Gpu {
     }
 
     /// Creates a storage buffer holding `data`.
-    pub async fn upload<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> Result<wgpu::Buffer> {
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) async fn upload<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> Result<wgpu::Buffer> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let buf = self.storage(label, bytes.len() as u64).await?;
         self.write(&buf, 0, data);
@@ -303,7 +335,8 @@ impl Gpu {
     }
 
     /// Queues a write of `data` at byte `offset` (applied before the next submission runs).
-    pub fn write<T: bytemuck::Pod>(&self, buf: &wgpu::Buffer, offset: u64, data: &[T]) {
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) fn write<T: bytemuck::Pod>(&self, buf: &wgpu::Buffer, offset: u64, data: &[T]) {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         if bytes.len().is_multiple_of(4) {
             self.queue.write_buffer(buf, offset, bytes);
@@ -323,14 +356,16 @@ impl Gpu {
     }
 
     /// Copies `bytes` bytes from the start of `buf` back to the CPU.
-    pub async fn read(&self, buf: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) async fn read(&self, buf: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
         self.read_ranges(buf, &[(0, bytes)]).await
     }
 
     /// Copies the byte ranges `(offset, length)` of `buf` back to the CPU, concatenated, in one
     /// submission and one map (e.g. scattered KV pages). With several ranges, every offset and
     /// length must be a multiple of 4.
-    pub async fn read_ranges(&self, buf: &wgpu::Buffer, ranges: &[(u64, u64)]) -> Result<Vec<u8>> {
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) async fn read_ranges(&self, buf: &wgpu::Buffer, ranges: &[(u64, u64)]) -> Result<Vec<u8>> {
         if ranges.len() > 1 && ranges.iter().any(|&(o, n)| o % 4 != 0 || n % 4 != 0) {
             return Err(Error::InvalidArgument(format!("readback ranges must be 4-byte aligned: {ranges:?}")));
         }
@@ -408,13 +443,15 @@ impl Gpu {
     }
 
     /// Reads back `n` f32 values.
-    pub async fn read_f32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>> {
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) async fn read_f32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>> {
         let b = self.read(buf, 4 * n as u64).await?;
         Ok(bytemuck::pod_collect_to_vec(&b))
     }
 
     /// Reads back `n` u32 values.
-    pub async fn read_u32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<u32>> {
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) async fn read_u32(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<u32>> {
         let b = self.read(buf, 4 * n as u64).await?;
         Ok(bytemuck::pod_collect_to_vec(&b))
     }
@@ -440,7 +477,8 @@ impl Gpu {
     }
 
     /// Starts recording a batch of dispatches. One batch records at a time.
-    pub fn batch(&self) -> Result<Batch<'_>> {
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) fn batch(&self) -> Result<Batch<'_>> {
         self.check_alive()?;
         if self.batch_open.replace(true) {
             return Err(Error::Validation("a batch is already being recorded on this Gpu".into()));
@@ -600,7 +638,8 @@ impl Scopes {
 /// A batch of recorded dispatches, submitted together: one compute pass (broken only by a
 /// buffer copy), and one upload of every dispatch's parameter block at submission. When the
 /// arena's slots run out the batch submits what it has and goes on.
-pub struct Batch<'g> {
+#[cfg_attr(feature = "test-support", visibility::make(pub))]
+pub(crate) struct Batch<'g> {
     /// The open compute pass (its encoder borrow released with `forget_lifetime`; it is always
     /// ended before `enc` is used again, and dropped before it: fields drop in order).
     pass: Option<wgpu::ComputePass<'static>>,
@@ -614,13 +653,15 @@ pub struct Batch<'g> {
 }
 
 impl<'g> Batch<'g> {
-    pub fn gpu(&self) -> &'g Gpu {
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) fn gpu(&self) -> &'g Gpu {
         self.gpu
     }
 
     /// Records one dispatch of `kernel` with `params` (at most `MAX_PARAMS` bytes) over
     /// `buffers` (bindings 1..), with override `constants`.
-    pub fn dispatch(
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) fn dispatch(
         &mut self,
         kernel: &Kernel,
         constants: &[(&'static str, f64)],
@@ -684,13 +725,6 @@ impl<'g> Batch<'g> {
         Ok(())
     }
 
-    /// Records a buffer-to-buffer copy (it ends the current compute pass).
-    pub fn copy(&mut self, src: &wgpu::Buffer, src_off: u64, dst: &wgpu::Buffer, dst_off: u64, bytes: u64) {
-        self.pass = None;
-        let enc = self.enc.get_or_insert_with(|| self.gpu.device.create_command_encoder(&Default::default()));
-        enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, bytes);
-    }
-
     /// Uploads the recorded parameters and submits the recorded work (also when the param arena
     /// is full; later writes to the arena are ordered after this submission by the queue).
     fn flush(&mut self) {
@@ -710,7 +744,8 @@ impl<'g> Batch<'g> {
     }
 
     /// Submits everything and reports any GPU error raised while recording or submitting.
-    pub async fn submit(mut self) -> Result<()> {
+    #[cfg_attr(feature = "test-support", visibility::make(pub))]
+    pub(crate) async fn submit(mut self) -> Result<()> {
         self.flush();
         // `batch_open` is cleared when `self` drops, after the scopes are popped.
         let scopes = self.scopes.take();

@@ -32,6 +32,7 @@ pub struct PagePool {
 }
 
 impl PagePool {
+    /// A pool of `pages` pages, all free.
     pub fn new(pages: usize) -> PagePool {
         PagePool { refs: vec![0; pages], free: (0..pages as u32).rev().collect(), fault: None }
     }
@@ -145,9 +146,9 @@ pub fn page_bytes(cfg: &Config, page_size: usize) -> u64 {
 
 /// The pool, the GPU pages of every layer, and the page table the kernels read.
 pub struct KvCache {
-    pub layers: Vec<KvPages>,
-    pub page_size: usize,
-    pub pool: Rc<RefCell<PagePool>>,
+    pub(crate) layers: Vec<KvPages>,
+    pub(crate) page_size: usize,
+    pub(crate) pool: Rc<RefCell<PagePool>>,
     /// `[max_seq_pages]` u32: the page table of the sequence that runs.
     table: wgpu::Buffer,
     /// Bytes of one layer's K (or V) for one page.
@@ -184,6 +185,7 @@ impl KvCache {
         Ok(KvCache { layers, page_size, pool, table, layer_page_bytes, max_seq_pages, uploaded: Cell::new((0, 0)) })
     }
 
+    /// Pages of the pool nobody holds.
     pub fn free_pages(&self) -> usize {
         self.pool.borrow().free()
     }
@@ -194,7 +196,7 @@ impl KvCache {
     }
 
     /// The K/V of `pages`, every layer: for each layer, the K of each page in order, then the V
-    /// (the saved-cache layout, [`crate::persist`]).
+    /// (the saved-cache layout, `persist`).
     pub async fn read_pages(&self, gpu: &Gpu, pages: &[u32]) -> Result<Vec<u8>> {
         let lpb = self.layer_page_bytes();
         let ranges: Vec<(u64, u64)> = pages.iter().map(|&p| (u64::from(p) * lpb, lpb)).collect();
@@ -275,6 +277,7 @@ impl Sequence {
         self.len
     }
 
+    /// True when no position is written (`len() == 0`).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -8,7 +8,9 @@ use crate::gguf::{self, Gguf, TensorInfo};
 use crate::gpu::{Batch, Gpu};
 use crate::kv::{KvCache, Sequence};
 
-use crate::ops::{self, AttnShape, KvSource, Kind, RopeShape, Split, Weight, XLoad};
+use crate::ops::{self, AttnShape, KvSource, RopeShape, Split, Weight, XLoad};
+/// The matrix-vector and attention kernel variant ([`Model::use_kernels`]).
+pub use crate::ops::Kind;
 use crate::oracle;
 use crate::quant::Format;
 use crate::sample::{Top, TOP, TOP_CAP, TOP_WINDOW};
@@ -16,18 +18,25 @@ use crate::sample::{Top, TOP, TOP_CAP, TOP_WINDOW};
 /// Hyper-parameters of a llama-family model, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
+    /// Transformer blocks.
     pub n_layer: usize,
     /// Model width (d_model).
     pub dim: usize,
+    /// Attention (query) heads.
     pub n_head: usize,
+    /// Key/value heads: fewer than `n_head` with grouped-query attention, else equal.
     pub n_kv_head: usize,
+    /// Width of one head: `dim / n_head` (a multiple of 4, at most 128).
     pub head_dim: usize,
     /// FFN hidden width.
     pub ffn: usize,
+    /// Vocabulary size (rows of `token_embd.weight`).
     pub vocab: usize,
     /// Trained context length.
     pub context: usize,
+    /// RoPE frequency base (`llama.rope.freq_base`; 10000 when absent).
     pub rope_base: f64,
+    /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`), in (0, 1).
     pub eps: f32,
 }
 
@@ -169,8 +178,8 @@ pub const MAX_AHEAD: usize = 16;
 /// A model loaded on the GPU with its scratch buffers. The KV cache lives beside it
 /// ([`KvCache`]), so that sequences and the prefix index can share pages without borrowing the model.
 pub struct Model {
-    pub cfg: Config,
-    pub opts: Options,
+    pub(crate) cfg: Config,
+    pub(crate) opts: Options,
     embed: Weight, // [vocab, dim] Q8_0; the output head too when tied
     output: Option<Weight>,
     output_norm: wgpu::Buffer,
@@ -182,7 +191,7 @@ pub struct Model {
     /// Decode fuses the RMSNorms and the SwiGLU into the projections' x-loads (`record_decode`).
     fuse: bool,
     /// Bytes of weights on the GPU.
-    pub weight_bytes: u64,
+    pub(crate) weight_bytes: u64,
 }
 
 /// Where a loading model's tensor bytes come from: the whole file in memory (`&[u8]`), or a reader
@@ -551,6 +560,21 @@ impl Model {
             None => ops::argmax(b, &s.logits, &s.argmax, 1, c.vocab),
             Some(slot) => ops::argmax_feed(b, &s.logits, c.vocab, &s.ids, slot, &s.tokens, &s.pos),
         }
+    }
+
+    /// The model's shape, from its file.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The options it was loaded with.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Bytes of weights on the GPU (in the kernels' layout).
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
     }
 
     /// Reads back `rows` rows of logits computed by the last forward pass.

@@ -76,8 +76,9 @@ impl Match {
 /// The prompt differs from a resident sequence at prompt token `token`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Divergence {
+    /// Index of the first prompt token that differs.
     pub token: usize,
-    /// The resident sequence's tokens from `token` on (up to [`RESIDENT_TAIL`]).
+    /// The resident sequence's tokens from `token` on (up to `RESIDENT_TAIL`, 24).
     pub resident: Vec<u32>,
 }
 
@@ -87,8 +88,11 @@ pub const RESIDENT_TAIL: usize = 24;
 /// One resident prefix, as `stats` lists it (a leaf of the tree).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Resident {
+    /// The `cache_salt` it is shared under (empty for none).
     pub salt: String,
+    /// Its length in tokens.
     pub tokens: usize,
+    /// KV pages it spans, pages shared with other prefixes included.
     pub pages: usize,
     /// The index's clock at its last use (larger is more recent).
     pub last_use: u64,
@@ -135,6 +139,7 @@ impl PrefixIndex {
     }
 
     /// Pages the index holds.
+    #[cfg(test)]
     pub fn pages(&self) -> usize {
         self.nodes.iter().flatten().filter(|n| n.parent.is_some()).count()
     }
@@ -373,7 +378,7 @@ impl PrefixIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::selftest::Rng;
+    use crate::rng::Rng;
 
     const PS: usize = 4;
 

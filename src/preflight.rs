@@ -19,7 +19,9 @@ use crate::tokenizer::Tokenizer;
 /// A model file that passed every CPU-side check of the load.
 #[derive(Debug)]
 pub struct Checked {
+    /// The model's shape, as the load reads it.
     pub config: Config,
+    /// The tokenizer built from `tokenizer.ggml.*`.
     pub tokenizer: Tokenizer,
     /// `None` when the model has no `tokenizer.chat_template`.
     pub template: Option<ChatTemplate>,

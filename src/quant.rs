@@ -24,13 +24,18 @@ pub const QK: usize = 32;
 /// A weight matrix format, with its GGUF/ggml type id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Format {
+    /// 32-bit floats (ggml type 0).
     F32,
+    /// 16-bit floats (ggml type 1).
     F16,
+    /// Blocks of 32 8-bit values with an f16 scale, 34 bytes a block (ggml type 8).
     Q8_0,
+    /// Blocks of 32 4-bit values with an f16 scale and minimum, 20 bytes a block (ggml type 3).
     Q4_1,
 }
 
 impl Format {
+    /// Every format, in the order of their shader ids.
     pub const ALL: [Format; 4] = [Format::F32, Format::F16, Format::Q8_0, Format::Q4_1];
 
     /// The ggml type id (`GGML_TYPE_*`).
@@ -43,6 +48,7 @@ impl Format {
         }
     }
 
+    /// The format of ggml type id `t`, or `None` for a type hotprefix does not run.
     pub fn from_ggml_type(t: u32) -> Option<Format> {
         Format::ALL.into_iter().find(|f| f.ggml_type() == t)
     }
@@ -57,6 +63,7 @@ impl Format {
         }
     }
 
+    /// The format's ggml name: `"F32"`, `"F16"`, `"Q8_0"` or `"Q4_1"`.
     pub fn name(self) -> &'static str {
         match self {
             Format::F32 => "F32",

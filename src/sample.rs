@@ -11,7 +11,7 @@
 //!    That order lets [`Sampler::sample_top`] draw the same token from what the GPU's `topk`
 //!    kernel found ([`Top`]) instead of the whole row, most of the time.
 //!
-//! The generator is [`crate::selftest::Rng`] (SplitMix64) seeded with [`SamplingParams::seed`]:
+//! The generator is a SplitMix64 generator seeded with [`SamplingParams::seed`]:
 //! the same parameters, logits and `recent` always give the same tokens, on every platform.
 //!
 //! NaN logits are never candidates. A `+inf` logit takes all the probability (shared evenly with
@@ -19,7 +19,7 @@
 
 use std::cmp::Ordering;
 
-use crate::selftest::Rng;
+use crate::rng::Rng;
 use crate::{Error, Result};
 
 /// How the next token is chosen. `Default` is plain sampling from `softmax(logits)`.
@@ -172,6 +172,7 @@ impl Sampler {
         Ok(Sampler { params, rng, cands: Vec::new(), window: Vec::new(), head: Vec::new(), head_ids: Vec::new(), keys: Vec::new(), known: Vec::new() })
     }
 
+    /// The parameters this sampler was made with.
     pub fn params(&self) -> &SamplingParams {
         &self.params
     }

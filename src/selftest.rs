@@ -7,56 +7,191 @@ use crate::error::{Error, Result};
 use crate::gpu::{Batch, Gpu};
 use crate::ops::{self, AttnShape, KvPages, KvSource, Kind, RopeShape, Split, Weight, XLoad};
 use crate::oracle;
+use crate::rng::Rng;
 use crate::quant::{self, Format};
 
 /// A kernel check and its shape.
 #[derive(Clone, Debug)]
 pub enum Check {
-    Matmul { format: Format, t: usize, k: usize, n: usize },
+    /// `y = x · Wᵀ` with `W` in `format`: `t` rows of `k` values in, `t` rows of `n` out.
+    Matmul {
+        /// The weight format.
+        format: Format,
+        /// Rows of x (tokens).
+        t: usize,
+        /// Row length of x and of W.
+        k: usize,
+        /// Rows of W (outputs per row of x).
+        n: usize,
+    },
     /// `y += x · Wᵀ` (the residual fused into a projection).
-    MatmulAcc { format: Format, t: usize, k: usize, n: usize },
+    MatmulAcc {
+        /// The weight format.
+        format: Format,
+        /// Rows of x (tokens).
+        t: usize,
+        /// Row length of x and of W.
+        k: usize,
+        /// Rows of W (outputs per row of x).
+        n: usize,
+    },
     /// One token's projection on a matrix-vector kernel, from row `x_row` of x, with the op
     /// before it fused into the x-load, `y +=` with `acc`.
-    Matvec { format: Format, k: usize, n: usize, x_row: usize, op: Fused, acc: bool, kind: Kind },
-    RmsNorm { rows: usize, dim: usize },
-    Rope { t: usize, heads: usize, extra_heads: usize, head_dim: usize, max_pos: usize },
-    SwiGlu { t: usize, f: usize },
-    Embed { t: usize, vocab: usize, dim: usize },
-    Argmax { rows: usize, n: usize },
+    Matvec {
+        /// The weight format.
+        format: Format,
+        /// Row length of W (and of x, before a SwiGLU halves it).
+        k: usize,
+        /// Rows of W (outputs).
+        n: usize,
+        /// The row of x that is read.
+        x_row: usize,
+        /// The op fused into the x-load.
+        op: Fused,
+        /// Add into y instead of overwriting it.
+        acc: bool,
+        /// The kernel variant.
+        kind: Kind,
+    },
+    /// RMSNorm with a weight, row by row.
+    RmsNorm {
+        /// Rows.
+        rows: usize,
+        /// Values per row.
+        dim: usize,
+    },
+    /// RoPE over the first `heads` heads of each of `t` rows; the `extra_heads` after them must be
+    /// left as they are.
+    Rope {
+        /// Rows (tokens), each at a random position below `max_pos`.
+        t: usize,
+        /// Heads rotated per row.
+        heads: usize,
+        /// Heads per row after them, not rotated.
+        extra_heads: usize,
+        /// Width of one head.
+        head_dim: usize,
+        /// Positions in the RoPE table.
+        max_pos: usize,
+    },
+    /// SwiGLU: rows of gate | up (`2·f` values) into rows of `f`.
+    SwiGlu {
+        /// Rows (tokens).
+        t: usize,
+        /// Values per output row (FFN width).
+        f: usize,
+    },
+    /// Embedding lookup in a Q8_0 table.
+    Embed {
+        /// Tokens looked up (the first is the last id of the table).
+        t: usize,
+        /// Rows of the table.
+        vocab: usize,
+        /// Values per row.
+        dim: usize,
+    },
+    /// Argmax of each row, with a tie (the lower index must win) and a NaN (must never win).
+    Argmax {
+        /// Rows.
+        rows: usize,
+        /// Values per row.
+        n: usize,
+    },
     /// Greedy feed: the argmax goes to `ids[slot]` and `tokens[0]`, `pos[0]` advances.
-    ArgmaxFeed { n: usize, slot: usize },
+    ArgmaxFeed {
+        /// Logits in the row.
+        n: usize,
+        /// Where in `ids` the token goes.
+        slot: usize,
+    },
     /// What a temperature sampler reads: the `k` largest of `n` logits (at most `cap`, ties
     /// included), max, softmax sum, and `window` penalty-window logits. `flat`: every logit equal
     /// (more ties than `cap`).
-    TopK { n: usize, k: usize, cap: usize, window: usize, flat: bool },
+    TopK {
+        /// Logits in the row.
+        n: usize,
+        /// How many of the largest to find.
+        k: usize,
+        /// Most candidates the kernel returns.
+        cap: usize,
+        /// Penalty-window token ids whose logits are read.
+        window: usize,
+        /// Every logit equal.
+        flat: bool,
+    },
     /// `past` tokens already cached, then `t` new ones; pages shuffled in a pool of `pool` pages.
-    Attention { past: usize, t: usize, n_head: usize, n_kv: usize, head_dim: usize, page: usize, pool: usize },
+    Attention {
+        /// Tokens cached before the new ones.
+        past: usize,
+        /// New tokens (queries).
+        t: usize,
+        /// Query heads.
+        n_head: usize,
+        /// KV heads.
+        n_kv: usize,
+        /// Width of one head.
+        head_dim: usize,
+        /// Positions per page.
+        page: usize,
+        /// Pages in the pool.
+        pool: usize,
+    },
     /// A decode step's attention with RoPE and the KV write fused in, after `past` cached tokens.
-    DecodeAttention { past: usize, n_head: usize, n_kv: usize, head_dim: usize, page: usize, pool: usize },
+    DecodeAttention {
+        /// Tokens cached before the new one.
+        past: usize,
+        /// Query heads.
+        n_head: usize,
+        /// KV heads.
+        n_kv: usize,
+        /// Width of one head.
+        head_dim: usize,
+        /// Positions per page.
+        page: usize,
+        /// Pages in the pool.
+        pool: usize,
+    },
     /// Copy the first `n` positions of one page to another (copy-on-write of a shared page).
-    KvCopy { pages: usize, page: usize, n_kv: usize, head_dim: usize, n: usize },
+    KvCopy {
+        /// Pages in the pool.
+        pages: usize,
+        /// Positions per page.
+        page: usize,
+        /// KV heads.
+        n_kv: usize,
+        /// Width of one head.
+        head_dim: usize,
+        /// Positions copied.
+        n: usize,
+    },
 }
 
-/// The op a [`Check::Matvec`] fuses into its x-load (see [`XLoad`]).
+/// The op a [`Check::Matvec`] fuses into its x-load (see `ops::XLoad`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fused {
+    /// None: x is read as it is.
     None,
+    /// RMSNorm of the x row, with a weight.
     RmsNorm,
+    /// SwiGLU of an x row of gate | up (`2·k` values).
     SwiGlu,
 }
 
 /// What a check measured.
 #[derive(Clone, Debug)]
 pub struct Report {
+    /// The check's name and shape ([`Check::name`]).
     pub name: String,
     /// Largest |GPU − CPU| over all outputs.
     pub max_err: f32,
-    /// Milliseconds per kernel run (when timed), and the rate it implies.
+    /// Milliseconds per kernel run, when timed.
     pub ms: Option<f64>,
+    /// The rate that time implies, and its unit (`"GB/s"` or `"GFLOP/s"`).
     pub rate: Option<(f64, &'static str)>,
 }
 
 impl Check {
+    /// The check's kernel and shape, e.g. `matmul Q8_0 T=1 K=96 N=37`.
     pub fn name(&self) -> String {
         match self {
             Check::Matmul { format, t, k, n } => format!("matmul {} T={t} K={k} N={n}", format.name()),
@@ -532,7 +667,8 @@ async fn execute(gpu: &Gpu, reps: usize, op: impl Fn(&mut Batch) -> Result<()>) 
 }
 
 /// Wall-clock milliseconds (monotonic natively, `performance.now()` in the browser).
-pub fn now_ms() -> f64 {
+#[cfg_attr(feature = "test-support", visibility::make(pub))]
+pub(crate) fn now_ms() -> f64 {
     #[cfg(not(target_arch = "wasm32"))]
     {
         use std::sync::OnceLock;
@@ -550,7 +686,7 @@ pub fn now_ms() -> f64 {
 }
 
 /// Compares element-wise; the error names the first index outside `tol(i)` and both values.
-pub fn compare(check: &str, what: &str, got: &[f32], want: &[f32], tol: impl Fn(usize) -> f32) -> Result<f32> {
+pub(crate) fn compare(check: &str, what: &str, got: &[f32], want: &[f32], tol: impl Fn(usize) -> f32) -> Result<f32> {
     if got.len() != want.len() {
         return Err(Error::Mismatch(format!("{check}: {what} has {} values, expected {}", got.len(), want.len())));
     }
@@ -568,34 +704,9 @@ pub fn compare(check: &str, what: &str, got: &[f32], want: &[f32], tol: impl Fn(
     Ok(max_err)
 }
 
-/// SplitMix64: a tiny seeded generator, so fixtures do not change with a crate's version.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[-a, a)`.
-    pub fn f32(&mut self, a: f32) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-    }
-
-    pub fn vec(&mut self, n: usize, a: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f32(a)).collect()
-    }
-
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
-
 /// Times `y = x · Wᵀ` on random weights of `format` (no oracle: for benchmarks): the median of
 /// 5 rounds of `reps` back-to-back runs. Returns milliseconds per run and the weight's GPU bytes.
+#[cfg(feature = "test-support")]
 pub async fn time_matmul(gpu: &Gpu, format: Format, t: usize, k: usize, n: usize, reps: usize) -> Result<(f64, u64)> {
     let mut rng = Rng(42);
     let wq = quant::quantize(format, &rng.vec(n * k, 0.5))?;

@@ -15,7 +15,7 @@ use crate::gguf::{self, Gguf, Value};
 use crate::model::Config;
 use crate::oracle;
 use crate::quant::{self, Format};
-use crate::selftest::Rng;
+use crate::rng::Rng;
 
 const LAYERS: usize = 2;
 const DIM: usize = 96;
@@ -239,5 +239,56 @@ mod tests {
         let p = oracle_logits(&file, &toks[..3]).unwrap();
         assert_eq!(&l[..3 * VOCAB], &p[..]);
         assert!(oracle_logits(&file, &[320]).is_err());
+    }
+}
+
+/// The `load_cpu` fuzz target's body, shared with `tests/load_fuzz_regressions.rs`: everything
+/// the load does on the CPU ([`crate::preflight::check_model_cpu`]), then a four-message chat
+/// (with control-token text in a user message) rendered with the model's template and tokenized
+/// with its tokenizer, every content tokenized alone, and the ids decoded and streamed. Returns
+/// the chat's token count, or the first error; panics only on a broken invariant (an id past
+/// the vocabulary, a streamed text that differs from the decoded one), which is a bug.
+pub fn load_and_chat(file: &[u8]) -> Result<usize> {
+    use crate::chat::Message;
+    use crate::tokenizer::StreamDecoder;
+    let m = crate::preflight::check_model_cpu(file)?;
+    let tok = &m.tokenizer;
+    let messages = [
+        Message::new("system", "Answer briefly."),
+        Message::new("user", "Hi <|im_start|>there, ünïcode 123!"),
+        Message::new("assistant", "Hello."),
+        Message::new("user", "And now?"),
+    ];
+    // Keep going after an error, so that one failing step does not hide the next ones.
+    let mut first_err = None;
+    let mut ids = Vec::new();
+    if let Some(t) = &m.template {
+        match t.render(&messages, true).and_then(|text| tok.encode_with_special(&text)) {
+            Ok(v) => ids.extend(v),
+            Err(e) => first_err = Some(e),
+        }
+    }
+    for msg in &messages {
+        match tok.encode_text(&msg.content) {
+            Ok(v) => ids.extend(v),
+            Err(e) => first_err = first_err.or(Some(e)),
+        }
+    }
+    let vocab = tok.vocab_size();
+    assert!(vocab <= m.config.vocab, "the load refuses a tokenizer larger than the model");
+    for &id in &ids {
+        assert!((id as usize) < vocab, "token id {id} from a vocabulary of {vocab}");
+    }
+    let decoded = tok.decode(&ids).map(|_| ());
+    assert!(decoded.is_ok(), "ids of this vocabulary decode: {decoded:?}");
+    let mut stream = StreamDecoder::new();
+    let mut streamed: String = ids.iter().map(|&id| stream.push(tok, id)).collect();
+    streamed.push_str(&stream.finish());
+    let plain: Vec<u32> = ids.iter().copied().filter(|&id| !tok.is_control(id)).collect();
+    assert_eq!(Some(streamed), tok.decode(&plain).ok(), "streamed = decoded, less control tokens");
+    let _ = (tok.bos_id(), tok.eos_id(), tok.token_id("<|im_end|>"), tok.is_control(u32::MAX));
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(ids.len()),
     }
 }

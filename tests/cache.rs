@@ -12,7 +12,7 @@ use hotprefix::api::ChatRequest;
 use hotprefix::chat::Message;
 use hotprefix::engine::{AbortSignal, Engine, EngineOptions, Finish, GenerateParams};
 use hotprefix::gpu::Gpu;
-use hotprefix::selftest::Rng;
+use hotprefix::rng::Rng;
 use hotprefix::testmodel::tiny_gguf;
 
 mod common;
@@ -207,11 +207,11 @@ fn sampling_from_the_gpu_top_reads_a_fraction_and_answers_the_same() {
     for (seed, temperature, top_p) in [(1, 0.7, 1.0), (2, 1.0, 0.95)] {
         let sampling = hotprefix::sample::SamplingParams { temperature, top_p, seed, ..Default::default() };
         let params = GenerateParams { sampling, ..greedy(12) };
-        let (t0, a0) = (top.gpu.counters().read_bytes, all.gpu.counters().read_bytes);
+        let (t0, a0) = (top.gpu().counters().read_bytes, all.gpu().counters().read_bytes);
         let got = block(top.generate(&prompt, &params, |_| {})).unwrap();
         let want = block(all.generate(&prompt, &params, |_| {})).unwrap();
         assert_eq!(got.tokens, want.tokens, "seed {seed}: {:?} vs {:?}", got.text, want.text);
-        let (t, a) = (top.gpu.counters().read_bytes - t0, all.gpu.counters().read_bytes - a0);
+        let (t, a) = (top.gpu().counters().read_bytes - t0, all.gpu().counters().read_bytes - a0);
         println!("T {temperature} top_p {top_p}: {} tokens, read {t} bytes from the top vs {a} from every row", got.tokens.len());
         assert!(t * 4 < a, "read {t} bytes from the top vs {a} from every row");
         drawn = top.sampling_reads();

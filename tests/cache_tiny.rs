@@ -10,7 +10,7 @@ use hotprefix::chat::Message;
 use hotprefix::engine::{AbortSignal, Engine, EngineOptions, Finish, GenerateParams};
 use hotprefix::gpu::Gpu;
 use hotprefix::sample::SamplingParams;
-use hotprefix::selftest::Rng;
+use hotprefix::rng::Rng;
 use hotprefix::testmodel::tiny_gguf;
 use hotprefix::Error;
 

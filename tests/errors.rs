@@ -36,7 +36,7 @@ fn weights_of_the_wrong_size_are_rejected() {
 #[test]
 fn a_buffer_beyond_the_adapter_limit_is_too_large() {
     let gpu = gpu();
-    let too_big = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size) + 4;
+    let too_big = gpu.limits().max_storage_buffer_binding_size.min(gpu.limits().max_buffer_size) + 4;
     let err = pollster::block_on(gpu.storage("huge", too_big)).err();
     assert!(matches!(err, Some(Error::TooLarge { bytes, .. }) if bytes == too_big), "{err:?}");
 }
@@ -55,7 +55,7 @@ fn gpu_validation_errors_are_typed() {
     let gpu = gpu();
     // A buffer without STORAGE usage cannot be bound to a storage binding: the GPU API rejects
     // the bind group, and submit() reports it instead of panicking.
-    let not_storage = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+    let not_storage = gpu.device().create_buffer(&wgpu::BufferDescriptor {
         label: Some("copy only"),
         size: 64,
         usage: wgpu::BufferUsages::COPY_DST,
@@ -73,8 +73,8 @@ fn gpu_validation_errors_are_typed() {
 #[test]
 fn device_loss_is_reported_as_its_own_error() {
     let gpu = gpu();
-    gpu.device.destroy();
-    let _ = gpu.device.poll(wgpu::PollType::wait_indefinitely());
+    gpu.device().destroy();
+    let _ = gpu.device().poll(wgpu::PollType::wait_indefinitely());
     assert!(matches!(gpu.check_alive(), Err(Error::DeviceLost(_))), "{:?}", gpu.check_alive());
     assert!(matches!(gpu.batch().err(), Some(Error::DeviceLost(_))));
     assert_eq!(Error::DeviceLost(String::new()).name(), "DeviceLostError");
@@ -91,7 +91,7 @@ fn a_tensor_over_the_binding_limit_is_refused_by_name() {
     // token_embd: 320 rows × 96 Q8_0 values = 320 × 3 blocks × 36 bytes on the GPU.
     let want = 320 * 3 * 36;
     let mut gpu = gpu();
-    gpu.limits.max_storage_buffer_binding_size = 16 << 10;
+    gpu.set_binding_limit(16 << 10);
     match pollster::block_on(Model::load(&gpu, &file, Options::default())) {
         Err(Error::TooLarge { what, bytes, limit }) => {
             assert_eq!((what.as_str(), bytes, limit), ("token_embd", want, 16 << 10));

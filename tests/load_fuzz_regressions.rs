@@ -9,50 +9,19 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hotprefix::chat::Message;
 use hotprefix::gguf::Value;
 use hotprefix::preflight::check_model_cpu;
-use hotprefix::testmodel::{tiny_gguf, tiny_gguf_with};
-use hotprefix::tokenizer::StreamDecoder;
+use hotprefix::testmodel::{load_and_chat, tiny_gguf, tiny_gguf_with};
 use hotprefix::Error;
 
 /// What each file of tests/fuzz-regressions-load/ must give: `Ok(token count)` of the chat, or
 /// `Err(part of the message)`.
 const EXPECTED: &[(&str, Result<usize, &str>)] = &[];
 
-/// The fuzz target's body: the load check, then a short chat rendered with the model's template,
-/// tokenized, decoded and streamed. Returns the chat's token count.
-fn drive(data: &[u8]) -> hotprefix::Result<usize> {
-    let m = check_model_cpu(data)?;
-    let tok = &m.tokenizer;
-    let messages = [
-        Message::new("system", "Answer briefly."),
-        Message::new("user", "Hi <|im_start|>there, ünïcode 123!"),
-        Message::new("assistant", "Hello."),
-        Message::new("user", "And now?"),
-    ];
-    let mut ids = Vec::new();
-    if let Some(t) = &m.template {
-        ids.extend(tok.encode_with_special(&t.render(&messages, true)?)?);
-    }
-    for msg in &messages {
-        ids.extend(tok.encode_text(&msg.content)?);
-    }
-    assert!(tok.vocab_size() <= m.config.vocab);
-    assert!(ids.iter().all(|&id| (id as usize) < tok.vocab_size()), "{ids:?}");
-    tok.decode(&ids)?;
-    let mut stream = StreamDecoder::new();
-    let mut streamed: String = ids.iter().map(|&id| stream.push(tok, id)).collect();
-    streamed.push_str(&stream.finish());
-    let plain: Vec<u32> = ids.iter().copied().filter(|&id| !tok.is_control(id)).collect();
-    assert_eq!(streamed, tok.decode(&plain)?);
-    Ok(ids.len())
-}
-
-/// `drive` catching panics, with its time.
+/// The fuzz target's body (`load_and_chat`) catching panics, with its time.
 fn run(bytes: &[u8]) -> (Result<hotprefix::Result<usize>, String>, Duration) {
     let start = Instant::now();
-    let r = std::panic::catch_unwind(|| drive(bytes)).map_err(|p| {
+    let r = std::panic::catch_unwind(|| load_and_chat(bytes)).map_err(|p| {
         p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
     });
     (r, start.elapsed())

@@ -59,7 +59,7 @@ fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
         let cpu = check_model_cpu(file).map(|c| c.config);
         let opts = EngineOptions { context: Some(64), kv_budget_mb: Some(1.0), ..EngineOptions::default() };
         let gpu = pollster::block_on(Gpu::new()).expect("GPU adapter");
-        let load = pollster::block_on(Engine::load(gpu, file, opts)).map(|e| e.model.cfg.clone());
+        let load = pollster::block_on(Engine::load(gpu, file, opts)).map(|e| e.model().config().clone());
         match (&cpu, &load) {
             (Ok(a), Ok(b)) if a == b => {}
             (Err(a), Err(b)) if a.to_string() == b.to_string() => refused += 1,
@@ -97,7 +97,7 @@ fn add_bos_is_applied_to_chat_prompts() {
     };
     let plain = pollster::block_on(Engine::load(gpu(), &model(false), EngineOptions::default())).unwrap();
     let bos_first = pollster::block_on(Engine::load(gpu(), &model(true), EngineOptions::default())).unwrap();
-    let bos = bos_first.tokenizer.bos_id().expect("the tiny model names a BOS token");
+    let bos = bos_first.tokenizer().bos_id().expect("the tiny model names a BOS token");
     let a = plain.encode_messages(&msgs).unwrap();
     let b = bos_first.encode_messages(&msgs).unwrap();
     assert_ne!(a.ids.first(), Some(&bos), "add_bos false: no BOS added");

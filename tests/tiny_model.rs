@@ -11,7 +11,7 @@ use hotprefix::gpu::Gpu;
 use hotprefix::kv::KvCache;
 use hotprefix::model::{Logits, Model, Options};
 use hotprefix::ops::Kind;
-use hotprefix::selftest::Rng;
+use hotprefix::rng::Rng;
 use hotprefix::testmodel::{oracle_logits, tiny_gguf};
 
 mod dual;

@@ -10,7 +10,8 @@ use hotprefix::gpu::Gpu;
 use hotprefix::model::{Model, Options};
 use hotprefix::ops::Kind;
 use hotprefix::quant::Format;
-use hotprefix::selftest::{now_ms, time_matmul, Rng};
+use hotprefix::rng::Rng;
+use hotprefix::selftest::{now_ms, time_matmul};
 use hotprefix::Result;
 
 /// Best of `runs` timings of `f`, in seconds.
@@ -110,7 +111,7 @@ pub async fn model(path: &str, json: bool, runs: usize, kernels: &str) -> Result
     let kv = m.kv_cache(&gpu, 2048 / 16, 16).await?;
     // Token ids past the control tokens, drawn from a fixed seed: the same prompt every run.
     let mut rng = Rng(7);
-    let vocab = m.cfg.vocab;
+    let vocab = m.config().vocab;
     if vocab <= 17 || m.max_positions() < 1500 + 128 {
         return Err(hotprefix::Error::Model("the model bench needs a vocabulary past the control tokens and 1,628 positions".into()));
     }
@@ -151,10 +152,13 @@ pub async fn model(path: &str, json: bool, runs: usize, kernels: &str) -> Result
         decode.push((n, median(&mut rates)));
     }
     let [dispatches, passes, submits, waits] = per_token.unwrap_or_default();
+    let (kernels_used, weight_bytes) = (format!("{:?}", m.kernels()), m.weight_bytes());
+    drop((seq, kv, m));
+    let sampled = sampled_decode(&file, &prompt[..128], runs, kernels).await?;
     if json {
         let out = serde_json::json!({
             "adapter": gpu.describe(),
-            "kernels": format!("{:?}", m.kernels()),
+            "kernels": kernels_used,
             "prefill": prefill.iter().map(|(n, r)| serde_json::json!({"tokens": n, "tok_s": r})).collect::<Vec<_>>(),
             "decode_tok_s": decode[0].1,
             "decode_after": decode.iter().map(|(n, r)| serde_json::json!({"prompt_tokens": n, "tok_s": r})).collect::<Vec<_>>(),
@@ -162,13 +166,14 @@ pub async fn model(path: &str, json: bool, runs: usize, kernels: &str) -> Result
             "passes_per_token": passes,
             "submits_per_token": submits,
             "waits_per_token": waits,
-            "weight_bytes": m.weight_bytes,
+            "weight_bytes": weight_bytes,
+            "sampled_decode": sampled.iter().map(|s| serde_json::json!({"read": s.0, "tok_s": s.1, "read_bytes_per_token": s.2, "from_top": s.3, "from_row": s.4})).collect::<Vec<_>>(),
         });
         println!("{out}");
     } else {
         println!("adapter: {}", gpu.describe());
-        println!("kernel variant: {:?}", m.kernels());
-        println!("weights on the GPU: {:.1} MiB", m.weight_bytes as f64 / (1 << 20) as f64);
+        println!("kernel variant: {kernels_used}");
+        println!("weights on the GPU: {:.1} MiB", weight_bytes as f64 / (1 << 20) as f64);
         for (n, r) in &prefill {
             println!("prefill {n:>5} tokens: {r:>8.1} tok/s");
         }
@@ -176,8 +181,38 @@ pub async fn model(path: &str, json: bool, runs: usize, kernels: &str) -> Result
             println!("decode {STEPS} tokens after {n:>5}: {r:>8.1} tok/s");
         }
         println!("per decoded token: {dispatches:.1} dispatches, {passes:.3} passes, {submits:.3} submissions, {waits:.3} waits");
+        for (read, r, bytes, top, row) in &sampled {
+            println!("sampled decode (T 0.7, top-p 0.95) after 128, reading {read}: {r:>6.1} tok/s, {bytes:.0} bytes read a token ({top} draws from the top, {row} from the row)");
+        }
     }
     Ok(())
+}
+
+/// Temperature decoding after `prompt` through the engine, reading the GPU's top of the logits
+/// and then the whole row: (what was read, tok/s (median), bytes read back a token, draws
+/// answered from the top, draws that read the row).
+async fn sampled_decode(file: &[u8], prompt: &[u32], runs: usize, kernels: &str) -> Result<Vec<(&'static str, f64, f64, u64, u64)>> {
+    let opts = EngineOptions { context: Some(1024), cache: false, ..EngineOptions::default() };
+    let mut e = Engine::load(Gpu::new().await?, file, opts).await?;
+    choose_kernels(e.model_mut(), kernels)?;
+    let sampling = hotprefix::sample::SamplingParams { temperature: 0.7, top_p: 0.95, seed: 1, ..Default::default() };
+    let params = hotprefix::engine::GenerateParams { max_tokens: 48, sampling, ..Default::default() };
+    let mut out = Vec::new();
+    for (read, top) in [("the top", true), ("the row", false)] {
+        e.set_top_sampling(top);
+        let (mut rates, mut bytes, mut tokens) = (Vec::new(), 0u64, 0u64);
+        let d0 = e.sampling_reads();
+        for _ in 0..runs {
+            let c0 = e.gpu().counters().read_bytes;
+            let g = e.generate(prompt, &params, |_| {}).await?;
+            bytes += e.gpu().counters().read_bytes - c0;
+            tokens += g.tokens.len() as u64;
+            rates.push(g.timings.decode_tok_s);
+        }
+        let d = e.sampling_reads();
+        out.push((read, median(&mut rates), bytes as f64 / tokens.max(1) as f64, d.0 - d0.0, d.1 - d0.1));
+    }
+    Ok(out)
 }
 
 /// `--kernels auto|rows|coop`.
@@ -209,7 +244,7 @@ pub async fn profile(path: &str, json: bool, section: &str, kernels: &str) -> Re
     choose_kernels(&mut m, kernels)?;
     let kv = m.kv_cache(&gpu, 2048 / 16, 16).await?;
     let mut rng = Rng(7);
-    let vocab = m.cfg.vocab;
+    let vocab = m.config().vocab;
     let prompt: Vec<u32> = (0..1500).map(|_| 17 + rng.below(vocab.saturating_sub(17).max(1)) as u32).collect();
     let mut seq = kv.sequence(1500 + 16);
     let mut sections = Vec::new();

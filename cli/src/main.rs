@@ -171,7 +171,7 @@ async fn run(model: &str, prompt: Option<String>, messages: Option<String>, para
     let mut engine = Engine::load(gpu, &file, EngineOptions { context: Some(4096), kv_budget_mb: Some(128.0), ..EngineOptions::default() }).await?;
     let ids = match (&prompt, &messages) {
         (_, Some(m)) => engine.encode_chat(m)?,
-        (Some(p), None) => engine.tokenizer.encode_text(p)?,
+        (Some(p), None) => engine.tokenizer().encode_text(p)?,
         (None, None) => return Err(Error::InvalidArgument("give --prompt or --messages".into())),
     };
     let mut stdout = std::io::stdout();
