@@ -26,6 +26,7 @@ use crate::model::{Logits, Model, Options, TensorBytes};
 use crate::ops;
 use crate::persist;
 use crate::prefix::PrefixIndex;
+use crate::preflight;
 /// Where a request stopped matching the resident prefix ([`Generation::divergence`]), and a
 /// resident prefix ([`CacheStats::prefixes`]).
 pub use crate::prefix::{Divergence, Resident};
@@ -226,18 +227,13 @@ impl Engine {
         opts: EngineOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Engine> {
-        let tokenizer = Tokenizer::from_gguf(g)?;
-        let template = match g.get("tokenizer.chat_template") {
-            Some(_) => Some(ChatTemplate::from_gguf(g)?),
-            None => None,
-        };
+        // The same steps, in the same order, as preflight::check_gguf (which the fuzzer runs).
+        let (tokenizer, template) = preflight::text_side(g)?;
         if opts.page_size == 0 {
             return Err(Error::InvalidArgument("KV page size 0".into()));
         }
         let model = Model::load_from(&gpu, g, file, Options { chunk: opts.chunk, context: opts.context, all_logits: false }, progress).await?;
-        if tokenizer.vocab_size() > model.cfg.vocab {
-            return Err(Error::Model(format!("tokenizer has {} tokens, the model {}", tokenizer.vocab_size(), model.cfg.vocab)));
-        }
+        preflight::check_vocab(&tokenizer, &model.cfg)?;
         let page_bytes = kv::page_bytes(&model.cfg, opts.page_size);
         let mb = opts.kv_budget_mb.unwrap_or(DEFAULT_KV_BUDGET_MB);
         if !(mb > 0.0 && mb.is_finite()) {

@@ -134,13 +134,13 @@ impl Default for Options {
     }
 }
 
-struct Layer {
-    attn_norm: wgpu::Buffer, // [dim]
-    qkv: Weight,             // [(n_head + 2·n_kv)·hd, dim]: Q | K | V rows
-    wo: Weight,              // [dim, n_head·hd]
-    ffn_norm: wgpu::Buffer,  // [dim]
-    gate_up: Weight,         // [2·ffn, dim]: gate | up rows
-    down: Weight,            // [dim, ffn]
+pub(crate) struct Layer<M = Weight, V = wgpu::Buffer> {
+    attn_norm: V, // [dim]
+    qkv: M,       // [(n_head + 2·n_kv)·hd, dim]: Q | K | V rows
+    wo: M,        // [dim, n_head·hd]
+    ffn_norm: V,  // [dim]
+    gate_up: M,   // [2·ffn, dim]: gate | up rows
+    down: M,      // [dim, ffn]
 }
 
 /// Activation buffers, allocated once at their largest size (`T` = `Options::chunk`).
@@ -208,7 +208,7 @@ impl TensorBytes for &[u8] {
     }
 }
 
-/// The CPU half of [`fused`]: checks that `names` are same-format `[k, ·]` matrices and returns
+/// The CPU half of `fused`: checks that `names` are same-format `[k, ·]` matrices and returns
 /// their format, total rows and concatenated GGUF bytes (borrowed when there is one). The fuzzed
 /// CPU load path ([`crate::preflight`]) calls it too.
 pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[String], k: usize) -> Result<(Format, usize, Cow<'a, [u8]>)> {
@@ -237,14 +237,7 @@ pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[Stri
     Ok((format, rows, Cow::Owned(bytes)))
 }
 
-/// Concatenates the rows of several same-format, same-width GGUF matrices into one upload.
-async fn fused(gpu: &Gpu, g: &Gguf, file: &dyn TensorBytes, names: &[String], k: usize) -> Result<Weight> {
-    let (format, rows, bytes) = fused_bytes(g, file, names, k)?;
-    let name = names.first().map_or("", String::as_str);
-    Weight::upload_owned(gpu, name, format, bytes, rows, k).await
-}
-
-/// The CPU half of [`vector`]: the values of the F32 `[n]` tensor `name`.
+/// The CPU half of `vector`: the values of the F32 `[n]` tensor `name`.
 pub(crate) fn vector_data(g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<Vec<f32>> {
     let t = g.tensor(name)?;
     if t.ggml_type != 0 || t.dims.len() != 1 || gguf::fit::<usize>(t.dims[0]) != Some(n) {
@@ -253,9 +246,121 @@ pub(crate) fn vector_data(g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize
     Ok(bytemuck::pod_collect_to_vec(&file.tensor_bytes(g, t)?))
 }
 
-async fn vector(gpu: &Gpu, g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<wgpu::Buffer> {
+/// Where the load puts each weight once its bytes are read and checked: the GPU
+/// ([`Model::load_from`]), or nowhere (`preflight`, which converts each to the GPU layout and
+/// drops it). One walk over the file ([`load_weights`]) serves both, so the fuzzed CPU path and
+/// the real load cannot drift apart.
+pub(crate) trait Sink {
+    type Matrix;
+    type Vector;
+    /// An `[n, k]` matrix of `format` in GGUF bytes (dropped once converted).
+    async fn matrix(&mut self, name: &str, format: Format, gguf_bytes: Cow<'_, [u8]>, n: usize, k: usize) -> Result<Self::Matrix>;
+    /// An F32 vector.
+    async fn vector(&mut self, name: &str, v: Vec<f32>) -> Result<Self::Vector>;
+}
+
+/// Every weight of the model, as a [`Sink`] kept it.
+pub(crate) struct Weights<M, V> {
+    embed: M,
+    output: Option<M>,
+    output_norm: V,
+    layers: Vec<Layer<M, V>>,
+}
+
+/// The GPU: each weight uploaded in the kernels' layout; counts the bytes.
+struct Upload<'a> {
+    gpu: &'a Gpu,
+    bytes: u64,
+}
+
+impl Sink for Upload<'_> {
+    type Matrix = Weight;
+    type Vector = wgpu::Buffer;
+    async fn matrix(&mut self, name: &str, format: Format, gguf_bytes: Cow<'_, [u8]>, n: usize, k: usize) -> Result<Weight> {
+        let w = Weight::upload_owned(self.gpu, name, format, gguf_bytes, n, k).await?;
+        self.bytes += w.buf.size();
+        Ok(w)
+    }
+    async fn vector(&mut self, name: &str, v: Vec<f32>) -> Result<wgpu::Buffer> {
+        let b = self.gpu.upload(name, &v).await?;
+        self.bytes += b.size();
+        Ok(b)
+    }
+}
+
+/// Reads, checks and hands to `sink` every weight of the model `g` describes, one tensor at a
+/// time, in the file's natural order (embedding and head, then each layer). Calls
+/// `progress(done, total)` in bytes of the file's tensor data after the embedding and head and
+/// after each layer.
+pub(crate) async fn load_weights<S: Sink>(
+    g: &Gguf,
+    file: &dyn TensorBytes,
+    cfg: &Config,
+    sink: &mut S,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Weights<S::Matrix, S::Vector>> {
+    if g.tensors.len() < cfg.n_layer {
+        return Err(Error::Model(format!("{} layers declared, only {} tensors in the file", cfg.n_layer, g.tensors.len())));
+    }
+    // Bytes of tensor data per layer, for progress; the rest (embedding, head) goes first.
+    let mut layer_bytes = vec![0u64; cfg.n_layer];
+    let mut total = 0u64;
+    for t in &g.tensors {
+        total = total.saturating_add(t.bytes);
+        let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
+        if let Some(b) = layer.and_then(|i| layer_bytes.get_mut(i)) {
+            *b = b.saturating_add(t.bytes);
+        }
+    }
+    let mut done = total.saturating_sub(layer_bytes.iter().fold(0u64, |a, &b| a.saturating_add(b)));
+    let (d, hd) = (cfg.dim, cfg.head_dim);
+    let embd = g.tensor("token_embd.weight")?;
+    if embd.ggml_type != Format::Q8_0.ggml_type() {
+        return Err(Error::Model(format!("token_embd is ggml type {}, the embedding kernel reads Q8_0", embd.ggml_type)));
+    }
+    let embed = sink.matrix("token_embd", Format::Q8_0, file.tensor_bytes(g, embd)?, cfg.vocab, d).await?;
+    let output = match g.tensor("output.weight") {
+        Ok(_) => {
+            let (w, rows) = fused(sink, g, file, &["output.weight".to_string()], d).await?;
+            if rows != cfg.vocab {
+                return Err(Error::Model(format!("output.weight has {rows} rows for a vocabulary of {}", cfg.vocab)));
+            }
+            Some(w)
+        }
+        Err(_) => None,
+    };
+    let output_norm = vector(sink, g, file, "output_norm.weight", d).await?;
+    progress(done, total);
+    let mut layers = Vec::with_capacity(cfg.n_layer);
+    for (i, &bytes) in layer_bytes.iter().enumerate() {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let attn_norm = vector(sink, g, file, &n("attn_norm"), d).await?;
+        let (qkv, qkv_rows) = fused(sink, g, file, &[n("attn_q"), n("attn_k"), n("attn_v")], d).await?;
+        let (wo, wo_rows) = fused(sink, g, file, &[n("attn_output")], cfg.n_head * hd).await?;
+        let ffn_norm = vector(sink, g, file, &n("ffn_norm"), d).await?;
+        let (gate_up, gate_up_rows) = fused(sink, g, file, &[n("ffn_gate"), n("ffn_up")], d).await?;
+        let (down, down_rows) = fused(sink, g, file, &[n("ffn_down")], cfg.ffn).await?;
+        if qkv_rows != cfg.qkv_width() || wo_rows != d || gate_up_rows != 2 * cfg.ffn || down_rows != d {
+            return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
+        }
+        layers.push(Layer { attn_norm, qkv, wo, ffn_norm, gate_up, down });
+        done = done.saturating_add(bytes);
+        progress(done, total);
+    }
+    Ok(Weights { embed, output, output_norm, layers })
+}
+
+/// Several same-format, same-width GGUF matrices as one (their rows concatenated), and its rows.
+async fn fused<S: Sink>(sink: &mut S, g: &Gguf, file: &dyn TensorBytes, names: &[String], k: usize) -> Result<(S::Matrix, usize)> {
+    let (format, rows, bytes) = fused_bytes(g, file, names, k)?;
+    let name = names.first().map_or("", String::as_str);
+    Ok((sink.matrix(name, format, bytes, rows, k).await?, rows))
+}
+
+/// The F32 `[n]` tensor `name`.
+async fn vector<S: Sink>(sink: &mut S, g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<S::Vector> {
     let v = vector_data(g, file, name, n)?;
-    gpu.upload(name, &v).await
+    sink.vector(name, v).await
 }
 
 impl Model {
@@ -281,55 +386,10 @@ impl Model {
         }
         // Positions past the trained context are never used.
         let opts = Options { context: Some(opts.context.unwrap_or(cfg.context).min(cfg.context)), ..opts };
-        if g.tensors.len() < cfg.n_layer {
-            return Err(Error::Model(format!("{} layers declared, only {} tensors in the file", cfg.n_layer, g.tensors.len())));
-        }
-        // Bytes of tensor data per layer, for progress; the rest (embedding, head) goes first.
-        let mut layer_bytes = vec![0u64; cfg.n_layer];
-        let mut total = 0u64;
-        for t in &g.tensors {
-            total = total.saturating_add(t.bytes);
-            let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
-            if let Some(b) = layer.and_then(|i| layer_bytes.get_mut(i)) {
-                *b = b.saturating_add(t.bytes);
-            }
-        }
-        let mut uploaded = total.saturating_sub(layer_bytes.iter().fold(0u64, |a, &b| a.saturating_add(b)));
+        let mut sink = Upload { gpu, bytes: 0 };
+        let Weights { embed, output, output_norm, layers } = load_weights(g, file, &cfg, &mut sink, progress).await?;
+        let weight_bytes = sink.bytes;
         let (d, hd) = (cfg.dim, cfg.head_dim);
-        let embd = g.tensor("token_embd.weight")?;
-        if embd.ggml_type != Format::Q8_0.ggml_type() {
-            return Err(Error::Model(format!("token_embd is ggml type {}, the embedding kernel reads Q8_0", embd.ggml_type)));
-        }
-        let embed = Weight::upload_owned(gpu, "token_embd", Format::Q8_0, file.tensor_bytes(g, embd)?, cfg.vocab, d).await?;
-        let output = match g.tensor("output.weight") {
-            Ok(_) => Some(fused(gpu, g, file, &["output.weight".to_string()], d).await?),
-            Err(_) => None,
-        };
-        if let Some(o) = &output {
-            if o.n != cfg.vocab {
-                return Err(Error::Model(format!("output.weight has {} rows for a vocabulary of {}", o.n, cfg.vocab)));
-            }
-        }
-        let output_norm = vector(gpu, g, file, "output_norm.weight", d).await?;
-        progress(uploaded, total);
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for i in 0..cfg.n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
-            layers.push(Layer {
-                attn_norm: vector(gpu, g, file, &n("attn_norm"), d).await?,
-                qkv: fused(gpu, g, file, &[n("attn_q"), n("attn_k"), n("attn_v")], d).await?,
-                wo: fused(gpu, g, file, &[n("attn_output")], cfg.n_head * hd).await?,
-                ffn_norm: vector(gpu, g, file, &n("ffn_norm"), d).await?,
-                gate_up: fused(gpu, g, file, &[n("ffn_gate"), n("ffn_up")], d).await?,
-                down: fused(gpu, g, file, &[n("ffn_down")], cfg.ffn).await?,
-            });
-            let l = &layers[i];
-            if l.qkv.n != cfg.qkv_width() || l.wo.n != d || l.gate_up.n != 2 * cfg.ffn || l.down.n != d {
-                return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
-            }
-            uploaded = uploaded.saturating_add(layer_bytes[i]);
-            progress(uploaded, total);
-        }
         let max_pos = opts.context.unwrap_or(cfg.context);
         let rope = gpu.upload("rope table", &oracle::rope_table(max_pos, hd, cfg.rope_base)).await?;
         let t = opts.chunk;
@@ -351,11 +411,6 @@ impl Model {
             top: gpu.storage("top logits", f(ops::topk_words(TOP_CAP, TOP_WINDOW))).await?,
             part: gpu.storage("attention partials", ops::attention_scratch_bytes(t, cfg.n_head, hd, max_pos)).await?,
         };
-        let mut weight_bytes = embed.buf.size() + output.as_ref().map_or(0, |w| w.buf.size()) + output_norm.size();
-        for l in &layers {
-            weight_bytes += [&l.qkv, &l.wo, &l.gate_up, &l.down].iter().map(|w| w.buf.size()).sum::<u64>();
-            weight_bytes += l.attn_norm.size() + l.ffn_norm.size();
-        }
         let matvec = Kind::for_adapter(gpu);
         // Fusing the norms and the SwiGLU into the x-load pays on GPUs; on CPU adapters each invocation
         // walks the whole x, so a fused x-load repeats the norm-weight loads and the exps per

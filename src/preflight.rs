@@ -3,11 +3,15 @@
 //! layout. A model file is untrusted input; this is the part of the load that the `load_cpu` fuzz
 //! target runs on arbitrary bytes (docs/FUZZING.md).
 //!
-//! It calls the same functions as [`crate::engine::Engine::load_from`] and
-//! [`crate::model::Model::load_from`] (`Tokenizer::from_gguf`, `ChatTemplate::from_gguf`,
-//! `Config::from_gguf`, the CPU halves of the model's weight loaders, `quant::to_gpu_layout`), in
-//! the same order, with the same checks between them; what it leaves out is only what needs a
-//! device: the uploads, the scratch buffers and the KV pool.
+//! It shares its steps with [`crate::engine::Engine::load_from`] and
+//! [`crate::model::Model::load_from`]: the same text-side step (tokenizer and template), the same
+//! `Config::from_gguf`, the same walk over the weights (`model::load_weights`, with every shape
+//! check), handing each weight to a sink that converts it to the GPU layout instead of uploading
+//! it, and the same vocabulary check. What it leaves out is only what needs a device: the
+//! uploads, the scratch buffers and the KV pool.
+
+use std::borrow::Cow;
+use std::future::Future;
 
 use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
@@ -39,73 +43,66 @@ pub fn check_model_cpu(file: &[u8]) -> Result<Checked> {
 /// would fail with.
 pub fn check_gguf(g: &Gguf, file: &dyn TensorBytes) -> Result<Checked> {
     // Engine::load_from
+    let (tokenizer, template) = text_side(g)?;
+    // Model::load_from: the same walk over the weights, converting each instead of uploading it.
+    let cfg = Config::from_gguf(g)?;
+    let mut sink = Convert { bytes: 0 };
+    let mut no_progress = |_, _| {};
+    {
+        let walk = std::pin::pin!(model::load_weights(g, file, &cfg, &mut sink, &mut no_progress));
+        // `Convert` never waits, so the walk finishes in one poll.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match walk.poll(&mut cx) {
+            std::task::Poll::Ready(r) => drop(r?),
+            std::task::Poll::Pending => return Err(Error::Model("the CPU load did not finish in one poll".into())),
+        }
+    }
+    let bytes = sink.bytes;
+    // Engine::load_from, after the model
+    check_vocab(&tokenizer, &cfg)?;
+    Ok(Checked { config: cfg, tokenizer, template, gpu_weight_bytes: bytes })
+}
+
+/// The first step of a load: the tokenizer from `tokenizer.ggml.*` and the chat template, if
+/// the file has one.
+pub(crate) fn text_side(g: &Gguf) -> Result<(Tokenizer, Option<ChatTemplate>)> {
     let tokenizer = Tokenizer::from_gguf(g)?;
     let template = match g.get("tokenizer.chat_template") {
         Some(_) => Some(ChatTemplate::from_gguf(g)?),
         None => None,
     };
-    // Model::load_from
-    let cfg = Config::from_gguf(g)?;
-    if g.tensors.len() < cfg.n_layer {
-        return Err(Error::Model(format!("{} layers declared, only {} tensors in the file", cfg.n_layer, g.tensors.len())));
-    }
-    let (d, hd) = (cfg.dim, cfg.head_dim);
-    let mut bytes = 0u64;
-    let embd = g.tensor("token_embd.weight")?;
-    if embd.ggml_type != Format::Q8_0.ggml_type() {
-        return Err(Error::Model(format!("token_embd is ggml type {}, the embedding kernel reads Q8_0", embd.ggml_type)));
-    }
-    layout(&mut bytes, "token_embd", Format::Q8_0, &file.tensor_bytes(g, embd)?, cfg.vocab, d)?;
-    if g.tensor("output.weight").is_ok() {
-        let rows = fused(&mut bytes, g, file, &["output.weight".to_string()], d)?;
-        if rows != cfg.vocab {
-            return Err(Error::Model(format!("output.weight has {rows} rows for a vocabulary of {}", cfg.vocab)));
-        }
-    }
-    vector(&mut bytes, g, file, "output_norm.weight", d)?;
-    for i in 0..cfg.n_layer {
-        let n = |s: &str| format!("blk.{i}.{s}.weight");
-        vector(&mut bytes, g, file, &n("attn_norm"), d)?;
-        let qkv = fused(&mut bytes, g, file, &[n("attn_q"), n("attn_k"), n("attn_v")], d)?;
-        let wo = fused(&mut bytes, g, file, &[n("attn_output")], cfg.n_head * hd)?;
-        vector(&mut bytes, g, file, &n("ffn_norm"), d)?;
-        let gate_up = fused(&mut bytes, g, file, &[n("ffn_gate"), n("ffn_up")], d)?;
-        let down = fused(&mut bytes, g, file, &[n("ffn_down")], cfg.ffn)?;
-        if qkv != cfg.qkv_width() || wo != d || gate_up != 2 * cfg.ffn || down != d {
-            return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
-        }
-    }
-    // Engine::load_from, after the model
+    Ok((tokenizer, template))
+}
+
+/// The last step: every token id the tokenizer makes must have a row of logits.
+pub(crate) fn check_vocab(tokenizer: &Tokenizer, cfg: &Config) -> Result<()> {
     if tokenizer.vocab_size() > cfg.vocab {
         return Err(Error::Model(format!("tokenizer has {} tokens, the model {}", tokenizer.vocab_size(), cfg.vocab)));
     }
-    Ok(Checked { config: cfg, tokenizer, template, gpu_weight_bytes: bytes })
-}
-
-/// `ops::Weight::upload_owned` without the upload: the GPU layout of an `[n, k]` matrix, whose
-/// errors name the tensor. Adds its size to `total`.
-fn layout(total: &mut u64, name: &str, format: Format, gguf_bytes: &[u8], n: usize, k: usize) -> Result<()> {
-    let words = quant::to_gpu_layout(format, gguf_bytes, n, k).map_err(|e| match e {
-        Error::Weights(m) => Error::Weights(format!("{name}: {m}")),
-        other => other,
-    })?;
-    *total = total.saturating_add(std::mem::size_of_val(&words[..]) as u64);
     Ok(())
 }
 
-/// `model::fused` without the upload; returns the rows.
-fn fused(total: &mut u64, g: &Gguf, file: &dyn TensorBytes, names: &[String], k: usize) -> Result<usize> {
-    let (format, rows, data) = model::fused_bytes(g, file, names, k)?;
-    let name = names.first().map_or("", String::as_str);
-    layout(total, name, format, &data, rows, k)?;
-    Ok(rows)
+/// Each weight converted to the GPU layout (`ops::Weight::upload_owned` without the upload) and
+/// dropped; counts the bytes the upload would take.
+struct Convert {
+    bytes: u64,
 }
 
-/// `model::vector` without the upload.
-fn vector(total: &mut u64, g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<()> {
-    let v = model::vector_data(g, file, name, n)?;
-    *total = total.saturating_add(std::mem::size_of_val(&v[..]) as u64);
-    Ok(())
+impl model::Sink for Convert {
+    type Matrix = ();
+    type Vector = ();
+    async fn matrix(&mut self, name: &str, format: Format, gguf_bytes: Cow<'_, [u8]>, n: usize, k: usize) -> Result<()> {
+        let words = quant::to_gpu_layout(format, &gguf_bytes, n, k).map_err(|e| match e {
+            Error::Weights(m) => Error::Weights(format!("{name}: {m}")),
+            other => other,
+        })?;
+        self.bytes = self.bytes.saturating_add(std::mem::size_of_val(&words[..]) as u64);
+        Ok(())
+    }
+    async fn vector(&mut self, _name: &str, v: Vec<f32>) -> Result<()> {
+        self.bytes = self.bytes.saturating_add(std::mem::size_of_val(&v[..]) as u64);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

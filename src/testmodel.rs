@@ -203,45 +203,6 @@ pub fn oracle_logits(gguf_bytes: &[u8], tokens: &[u32]) -> Result<Vec<f32>> {
     Ok(oracle::matmul(&xn, &head, t, d, c.vocab).0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tiny_model_parses_and_is_deterministic() {
-        let a = tiny_gguf(1);
-        assert_eq!(a, tiny_gguf(1));
-        assert_ne!(a, tiny_gguf(2));
-        let g = Gguf::parse(&a).unwrap();
-        let c = Config::from_gguf(&g).unwrap();
-        assert_eq!((c.n_layer, c.dim, c.n_head, c.n_kv_head, c.head_dim, c.ffn, c.vocab), (2, 96, 6, 2, 16, 160, 320));
-        assert_eq!(g.tensor("token_embd.weight").unwrap().ggml_type, Format::Q8_0.ggml_type());
-        assert_eq!(g.tensor("blk.1.ffn_down.weight").unwrap().ggml_type, Format::Q4_1.ggml_type());
-        assert!(g.tensor("output.weight").is_err(), "tied head");
-        let tok = crate::tokenizer::Tokenizer::from_gguf(&g).unwrap();
-        assert_eq!(tok.vocab_size(), VOCAB);
-        let ids = tok.encode_with_special("<|im_start|>user\nthe cat<|im_end|>").unwrap();
-        assert_eq!(ids[0], 257);
-        assert_eq!(*ids.last().unwrap(), 258);
-        assert!(ids.contains(&tok.token_id("th").unwrap()), "merges apply: {ids:?}");
-        assert_eq!(tok.decode(&ids[1..ids.len() - 1]).unwrap(), "user\nthe cat");
-    }
-
-    #[test]
-    fn oracle_logits_are_order_one_and_causal() {
-        let file = tiny_gguf(1);
-        let toks = [5u32, 17, 300, 2, 2, 99];
-        let l = oracle_logits(&file, &toks).unwrap();
-        assert_eq!(l.len(), toks.len() * VOCAB);
-        let rms = (l.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / l.len() as f64).sqrt();
-        assert!(rms > 0.5 && rms < 20.0, "logit rms {rms}");
-        // A prefix's logits do not depend on what follows it.
-        let p = oracle_logits(&file, &toks[..3]).unwrap();
-        assert_eq!(&l[..3 * VOCAB], &p[..]);
-        assert!(oracle_logits(&file, &[320]).is_err());
-    }
-}
-
 /// The `load_cpu` fuzz target's body, shared with `tests/load_fuzz_regressions.rs`: everything
 /// the load does on the CPU ([`crate::preflight::check_model_cpu`]), then a four-message chat
 /// (with control-token text in a user message) rendered with the model's template and tokenized
@@ -290,5 +251,44 @@ pub fn load_and_chat(file: &[u8]) -> Result<usize> {
     match first_err {
         Some(e) => Err(e),
         None => Ok(ids.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiny_model_parses_and_is_deterministic() {
+        let a = tiny_gguf(1);
+        assert_eq!(a, tiny_gguf(1));
+        assert_ne!(a, tiny_gguf(2));
+        let g = Gguf::parse(&a).unwrap();
+        let c = Config::from_gguf(&g).unwrap();
+        assert_eq!((c.n_layer, c.dim, c.n_head, c.n_kv_head, c.head_dim, c.ffn, c.vocab), (2, 96, 6, 2, 16, 160, 320));
+        assert_eq!(g.tensor("token_embd.weight").unwrap().ggml_type, Format::Q8_0.ggml_type());
+        assert_eq!(g.tensor("blk.1.ffn_down.weight").unwrap().ggml_type, Format::Q4_1.ggml_type());
+        assert!(g.tensor("output.weight").is_err(), "tied head");
+        let tok = crate::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+        assert_eq!(tok.vocab_size(), VOCAB);
+        let ids = tok.encode_with_special("<|im_start|>user\nthe cat<|im_end|>").unwrap();
+        assert_eq!(ids[0], 257);
+        assert_eq!(*ids.last().unwrap(), 258);
+        assert!(ids.contains(&tok.token_id("th").unwrap()), "merges apply: {ids:?}");
+        assert_eq!(tok.decode(&ids[1..ids.len() - 1]).unwrap(), "user\nthe cat");
+    }
+
+    #[test]
+    fn oracle_logits_are_order_one_and_causal() {
+        let file = tiny_gguf(1);
+        let toks = [5u32, 17, 300, 2, 2, 99];
+        let l = oracle_logits(&file, &toks).unwrap();
+        assert_eq!(l.len(), toks.len() * VOCAB);
+        let rms = (l.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / l.len() as f64).sqrt();
+        assert!(rms > 0.5 && rms < 20.0, "logit rms {rms}");
+        // A prefix's logits do not depend on what follows it.
+        let p = oracle_logits(&file, &toks[..3]).unwrap();
+        assert_eq!(&l[..3 * VOCAB], &p[..]);
+        assert!(oracle_logits(&file, &[320]).is_err());
     }
 }
