@@ -637,7 +637,7 @@ impl Engine {
     /// Whether temperature sampling reads only the top of the logits (found on the GPU, a few KB:
     /// [`crate::sample::Top`]) and the whole row only when a draw needs it, or always the whole
     /// row. Both give the same tokens (up to f32 rounding of the softmax sum). On by default when
-    /// a row is larger than the top (the default model: 196 KB against 4.4 KB).
+    /// a row is larger than the top (the default model: 196 KB against about 4 KB).
     pub fn set_top_sampling(&mut self, on: bool) {
         self.top_sampling = on;
     }
