@@ -614,9 +614,10 @@ impl Engine {
                 .ok_or_else(|| Error::InvalidArgument("no finite logit to pick from (all NaN)".into()));
         }
         if self.top_sampling {
-            let window = sampler.penalty_window(recent).to_vec();
+            let temperature = sampler.params().temperature;
+            let window = sampler.penalty_window(recent);
             if window.len() <= TOP_WINDOW {
-                let top = self.model.read_top(&self.gpu, sampler.params().temperature, &window).await?;
+                let top = self.model.read_top(&self.gpu, temperature, window).await?;
                 if let Some(id) = sampler.sample_top(&top, recent)? {
                     self.draws.0 += 1;
                     return Ok(id);

@@ -60,15 +60,21 @@ impl Weight {
     /// [`Self::upload`] that frees `gguf_bytes` (when owned) once converted, before the upload:
     /// a model load holds one tensor's file bytes or its GPU layout at a time, not both.
     pub async fn upload_owned(gpu: &Gpu, name: &str, format: Format, gguf_bytes: std::borrow::Cow<'_, [u8]>, n: usize, k: usize) -> Result<Weight> {
-        // to_gpu_layout checks shape and size; the error gains the tensor's name.
-        let words = quant::to_gpu_layout(format, &gguf_bytes, n, k).map_err(|e| match e {
-            Error::Weights(m) => Error::Weights(format!("{name}: {m}")),
-            other => other,
-        })?;
+        let words = gpu_layout(name, format, &gguf_bytes, n, k)?;
         drop(gguf_bytes);
         let buf = gpu.upload(name, &words).await?;
         Ok(Weight { buf, format, n, k })
     }
+}
+
+/// The GPU layout of the `[n, k]` matrix `name` (`quant::to_gpu_layout`, which checks shape and
+/// size; its error gains the tensor's name). The load's CPU check (`preflight`) converts with it
+/// too.
+pub(crate) fn gpu_layout(name: &str, format: Format, gguf_bytes: &[u8], n: usize, k: usize) -> Result<Vec<u32>> {
+    quant::to_gpu_layout(format, gguf_bytes, n, k).map_err(|e| match e {
+        Error::Weights(m) => Error::Weights(format!("{name}: {m}")),
+        other => other,
+    })
 }
 
 /// The KV pages of one layer: `[pages, n_kv, page_size, head_dim/2]` u32 each for K and V

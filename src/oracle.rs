@@ -150,12 +150,8 @@ pub fn kv_copy(pages: &[u32], [_, n_kv, page, words]: [usize; 4], src: usize, ds
 /// The `topk` kernel's output (shaders/topk.wgsl) for one row, candidates in id order and the
 /// sum in f64 (the kernel's is f32, in another order).
 pub fn topk(x: &[f32], k: usize, cap: usize, inv_t: f32, window: &[u32]) -> (Vec<u32>, f64) {
-    use crate::sample::{order_key, order_value};
-    let mut keys: Vec<u32> = x.iter().map(|&v| order_key(v)).filter(|&k| k != 0).collect();
-    let threshold = if keys.len() < k { 1 } else {
-        let i = keys.len() - k;
-        *keys.select_nth_unstable(i).1
-    };
+    use crate::sample::{order_key, order_value, top_threshold};
+    let threshold = top_threshold(x, k, &mut Vec::new());
     let max_key = x.iter().map(|&v| order_key(v)).max().unwrap_or(0);
     let m = order_value(max_key);
     let sum = if max_key != 0 && m.is_finite() {

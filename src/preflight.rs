@@ -17,7 +17,7 @@ use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::model::{self, Config, TensorBytes};
-use crate::quant::{self, Format};
+use crate::quant::Format;
 use crate::tokenizer::Tokenizer;
 
 /// A model file that passed every CPU-side check of the load.
@@ -92,10 +92,7 @@ impl model::Sink for Convert {
     type Matrix = ();
     type Vector = ();
     async fn matrix(&mut self, name: &str, format: Format, gguf_bytes: Cow<'_, [u8]>, n: usize, k: usize) -> Result<()> {
-        let words = quant::to_gpu_layout(format, &gguf_bytes, n, k).map_err(|e| match e {
-            Error::Weights(m) => Error::Weights(format!("{name}: {m}")),
-            other => other,
-        })?;
+        let words = crate::ops::gpu_layout(name, format, &gguf_bytes, n, k)?;
         self.bytes = self.bytes.saturating_add(std::mem::size_of_val(&words[..]) as u64);
         Ok(())
     }

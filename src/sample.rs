@@ -196,7 +196,7 @@ impl Sampler {
         }
         // The head of the canonical draw is fixed by the logits before the penalty.
         let plain_draw = self.params.temperature > 0.0 && self.params.top_k == 0 && self.params.top_p >= 1.0;
-        let threshold = if plain_draw { top_threshold(logits, &mut self.keys) } else { 1 };
+        let threshold = if plain_draw { top_threshold(logits, TOP, &mut self.keys) } else { 1 };
         let mut known = std::mem::take(&mut self.known);
         known.clear();
         if plain_draw {
@@ -323,7 +323,9 @@ impl Sampler {
         let inv_t = 1.0 / self.params.temperature as f64;
         let mut cands = std::mem::take(&mut self.cands);
         let r = (|| {
-            let (total, walk_head) = if k > 0 {
+            // `best`: the largest logit, which the weights are relative to (the row's, for the
+            // tail walk).
+            let (total, walk_head, best) = if k > 0 {
                 // The k best, ranked.
                 match view {
                     View::All(logits) => {
@@ -337,7 +339,7 @@ impl Sampler {
                         cands.extend_from_slice(&self.head[..k]);
                     }
                 }
-                (weigh(&mut cands, inv_t), false)
+                (weigh(&mut cands, inv_t), false, 0.0)
             } else {
                 let (best, total) = match view {
                     View::All(logits) => row_weights(logits, inv_t)?,
@@ -350,18 +352,11 @@ impl Sampler {
                     // The ranked tokens until they hold p of the mass: from the head (a
                     // `Top` view), or the best m of the row, m growing ×4 until they do.
                     let target = p * total;
-                    let reached = |c: &mut Vec<Cand>| {
-                        let mut cum = 0.0;
-                        c.iter().position(|x| {
-                            cum += x.w;
-                            cum >= target
-                        })
-                    };
                     match view {
                         View::Top { .. } => {
                             cands.clear();
                             cands.extend_from_slice(&self.head);
-                            if reached(&mut cands).is_none() {
+                            if nucleus(&cands, target).is_none() {
                                 return Ok(None);
                             }
                         }
@@ -372,27 +367,22 @@ impl Sampler {
                                 for c in cands.iter_mut() {
                                     c.w = weight(c.logit, best, inv_t);
                                 }
-                                if reached(&mut cands).is_some() || cands.len() == n {
+                                if nucleus(&cands, target).is_some() || cands.len() == n {
                                     break;
                                 }
                                 m = m.saturating_mul(4);
                             }
                         }
                     }
-                    (total, false)
+                    (total, false, best)
                 } else {
-                    (total, true)
+                    (total, true, best)
                 }
             };
             // Top-p over the ranked candidates.
             let mut total = total;
             if p < 1.0 {
-                let target = p * total;
-                let mut cum = 0.0;
-                let keep = cands.iter().position(|c| {
-                    cum += c.w;
-                    cum >= target
-                });
+                let keep = nucleus(&cands, p * total);
                 cands.truncate(keep.map_or(cands.len(), |i| i + 1).max(1));
                 total = cands.iter().map(|c| c.w).sum();
             }
@@ -418,7 +408,6 @@ impl Sampler {
             if walk_head {
                 // The tail, in id order.
                 let View::All(logits) = view else { return Ok(None) };
-                let best = row_weights(logits, inv_t)?.0;
                 let mut h = 0;
                 for (i, &l) in logits.iter().enumerate() {
                     if h < self.head_ids.len() && self.head_ids[h] == i as u32 {
@@ -490,6 +479,16 @@ fn row_weights(logits: &[f32], inv_t: f64) -> Result<(f32, f64)> {
     Ok((best, logits.iter().filter(|l| !l.is_nan()).map(|&l| weight(l, best, inv_t)).sum()))
 }
 
+/// Top-p: the index of the first ranked candidate at which the cumulative weight reaches
+/// `target`, if it does.
+fn nucleus(cands: &[Cand], target: f64) -> Option<usize> {
+    let mut cum = 0.0;
+    cands.iter().position(|c| {
+        cum += c.w;
+        cum >= target
+    })
+}
+
 /// Weighs ranked candidates relative to the first (the largest); returns the sum.
 fn weigh(cands: &mut [Cand], inv_t: f64) -> f64 {
     let best = cands.first().map_or(0.0, |c| c.logit);
@@ -507,8 +506,8 @@ fn fill_ranked(cands: &mut Vec<Cand>, logits: &[f32], k: usize) -> Result<usize>
     if cands.is_empty() {
         return Err(Error::InvalidArgument(format!("sample: all {} logits are NaN", logits.len())));
     }
-    let n = logits.iter().filter(|l| !l.is_nan()).count();
-    if k > 0 && k < cands.len() {
+    let n = cands.len();
+    if k > 0 && k < n {
         cands.select_nth_unstable_by(k - 1, by_rank);
         cands.truncate(k);
     }
@@ -531,15 +530,15 @@ pub fn order_value(k: u32) -> f32 {
     if k & 0x8000_0000 != 0 { f32::from_bits(k & 0x7fff_ffff) } else { f32::from_bits(!k) }
 }
 
-/// The [`TOP`]-th largest order key of the row (1 when it has fewer non-NaN logits), as the
-/// `topk` kernel finds it.
-pub fn top_threshold(logits: &[f32], keys: &mut Vec<u32>) -> u32 {
+/// The `k`-th largest order key of the row (1 when it has fewer non-NaN logits), as the `topk`
+/// kernel finds it; `keys` is scratch.
+pub fn top_threshold(logits: &[f32], k: usize, keys: &mut Vec<u32>) -> u32 {
     keys.clear();
     keys.extend(logits.iter().map(|&l| order_key(l)).filter(|&k| k != 0));
-    if keys.len() < TOP {
+    if keys.len() < k || k == 0 {
         return 1;
     }
-    let i = keys.len() - TOP;
+    let i = keys.len() - k;
     *keys.select_nth_unstable(i).1
 }
 
@@ -814,7 +813,7 @@ mod tests {
     /// What the `topk` kernel would return for `logits`, with an exact sum.
     fn top_of(logits: &[f32], t: f32, window: &[u32]) -> Top {
         let mut keys = Vec::new();
-        let threshold = top_threshold(logits, &mut keys);
+        let threshold = top_threshold(logits, TOP, &mut keys);
         let max = logits.iter().filter(|l| !l.is_nan()).cloned().fold(f32::NEG_INFINITY, f32::max);
         let sum = logits.iter().filter(|l| !l.is_nan()).map(|&l| ((l as f64 - max as f64) / t as f64).exp()).sum();
         let cands = logits.iter().enumerate().filter(|(_, &l)| order_key(l) >= threshold).map(|(i, &l)| (i as u32, l)).collect();
@@ -837,8 +836,8 @@ mod tests {
         let mut keys = Vec::new();
         let row: Vec<f32> = (0..1000).map(|i| (i % 500) as f32).collect();
         // The 256th largest of 2 × (0..500): 372 (values 372..499 twice = 256).
-        assert_eq!(order_value(top_threshold(&row, &mut keys)), 372.0);
-        assert_eq!(top_threshold(&row[..100], &mut keys), 1);
+        assert_eq!(order_value(top_threshold(&row, TOP, &mut keys)), 372.0);
+        assert_eq!(top_threshold(&row[..100], TOP, &mut keys), 1);
     }
 
     /// Drawing from the top of the row gives the token the whole row gives, for the same stream,
