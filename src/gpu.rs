@@ -13,11 +13,14 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 
-/// Optional adapter features in use. Everything works with all of them `false`.
+/// Optional adapter features in use. Everything works with all of them off.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Caps {
     /// Timestamp queries: `Gpu::start_profile` (benchmarks) needs them.
     pub timestamps: bool,
+    /// The subgroup size, when the device has subgroup operations (natively) and the adapter's
+    /// subgroups have one fixed size: `Kind::Lanes` attention needs it.
+    pub subgroup_size: Option<u32>,
 }
 
 /// How a kernel binding is accessed. Binding 0 of every kernel is its uniform parameter block.
@@ -135,6 +138,10 @@ impl Gpu {
     pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Gpu> {
         let info = adapter.get_info();
         let offered = adapter.features();
+        // Subgroup operations only natively: browsers need `enable subgroups;`, which naga rejects.
+        #[cfg(not(target_arch = "wasm32"))]
+        let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP;
+        #[cfg(target_arch = "wasm32")]
         let wanted = wgpu::Features::TIMESTAMP_QUERY;
         let features = offered & wanted;
         let limits = adapter.limits();
@@ -180,7 +187,11 @@ impl Gpu {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let caps = Caps { timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY) };
+        let fixed = info.subgroup_min_size == info.subgroup_max_size && info.subgroup_min_size.is_power_of_two();
+        let caps = Caps {
+            timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            subgroup_size: (features.contains(wgpu::Features::SUBGROUP) && fixed).then_some(info.subgroup_min_size),
+        };
         Ok(Gpu {
             device,
             queue,
@@ -207,13 +218,14 @@ impl Gpu {
         // Browsers hide the adapter's name; say what it is instead of printing nothing.
         let name = if self.info.name.is_empty() { "WebGPU adapter" } else { self.info.name.as_str() };
         format!(
-            "{} ({:?} {:?}, driver {} {}; timestamps={}; max binding {} MiB)",
+            "{} ({:?} {:?}, driver {} {}; timestamps={}; subgroups={}; max binding {} MiB)",
             name,
             self.info.device_type,
             self.info.backend,
             self.info.driver,
             self.info.driver_info,
             self.caps.timestamps,
+            self.caps.subgroup_size.map_or("no".to_string(), |n| n.to_string()),
             self.limits.max_storage_buffer_binding_size >> 20
         )
     }

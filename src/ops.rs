@@ -28,6 +28,13 @@ static KV_WRITE: Kernel = kernel!("kv_write", "main", [Read, Read, Read, ReadWri
 static KV_COPY: Kernel = kernel!("kv_copy", "main", [ReadWrite, ReadWrite]);
 static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
 static ATTENTION_COOP: Kernel = kernel!("attention", "coop", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
+// attention_lanes.wgsl uses attention.wgsl's bindings and helpers: one module of the two.
+static ATTENTION_LANES: Kernel = Kernel {
+    name: "attention_lanes",
+    source: concat!(include_str!("../shaders/attention.wgsl"), include_str!("../shaders/attention_lanes.wgsl")),
+    entry: "lanes",
+    bindings: &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read],
+};
 static ATTENTION_COMBINE: Kernel = kernel!("attention", "combine", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
 
 /// Workgroup size of the matmul kernels along N.
@@ -190,19 +197,37 @@ pub enum Kind {
     /// lavapipe, SwiftShader): matvec an invocation per 1–8 rows; attention an invocation per
     /// (token, query heads of a KV head, slice).
     Rows,
+    /// `Rows` matvec, and attention by clusters of subgroup lanes (CPU adapters with a fixed
+    /// subgroup size, natively: lavapipe): lanes split the head dimension of a (token, query heads
+    /// of a KV head, slice), so q and the sums stay in registers; scores are summed with
+    /// subgroup shuffles. Attention falls back to `Rows` for head dims the lanes cannot split.
+    Lanes,
     /// Workgroups cooperate (GPUs): matvec a 256-lane workgroup per 32 rows, lanes splitting K;
     /// attention a 64-lane workgroup per (token, head, slice), state in workgroup memory.
     Coop,
 }
 
 impl Kind {
-    /// `Rows` on CPU adapters, where a few fat workgroups beat many thin ones, `Coop` elsewhere.
+    /// `Lanes` on CPU adapters with fixed-size subgroups, `Rows` on other CPU adapters (a few fat
+    /// workgroups beat many thin ones there), `Coop` elsewhere.
     pub fn for_adapter(gpu: &Gpu) -> Kind {
-        if gpu.info.device_type == wgpu::DeviceType::Cpu {
-            Kind::Rows
-        } else {
+        if gpu.info.device_type != wgpu::DeviceType::Cpu {
             Kind::Coop
+        } else if gpu.caps.subgroup_size.is_some() {
+            Kind::Lanes
+        } else {
+            Kind::Rows
         }
+    }
+
+    /// The variants this adapter can run (`Lanes` needs fixed-size subgroups).
+    pub fn available(gpu: &Gpu) -> Vec<Kind> {
+        let mut v = vec![Kind::Rows];
+        if gpu.caps.subgroup_size.is_some() {
+            v.push(Kind::Lanes);
+        }
+        v.push(Kind::Coop);
+        v
     }
 }
 
@@ -229,7 +254,7 @@ fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Wei
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), u(x_row * width / 4), f32::to_bits(eps)];
     let consts = [("FORMAT", w.format.shader_id()), ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
     match kind {
-        Kind::Rows => {
+        Kind::Rows | Kind::Lanes => {
             // As many rows per invocation as leave enough workgroups to keep every core busy.
             let invocations = |r: usize| w.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
             // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
@@ -400,8 +425,24 @@ pub const ATTN_SPAN: usize = 256;
 
 /// Invocations from which attention is parallel enough without splitting positions.
 const ATTN_PARALLEL: usize = 256;
+/// `Kind::Lanes` decode: items (lane clusters) from which attention is parallel enough.
+const ATTN_LANE_ITEMS: usize = 24;
 /// Fewest positions one attention split covers.
 const ATTN_MIN_SPLIT: usize = 32;
+
+/// `Kind::Lanes` attention's split of a head (`head_dim / 4` quads) over the lanes of a subgroup:
+/// (lanes per item, quads per lane), the lanes a power of two within the subgroup and at most 4
+/// quads each; `None` (the `Rows` kernel) when the adapter has no fixed subgroup size or the
+/// head dim does not split so.
+fn lanes_split(gpu: &Gpu, kind: Kind, head_dim: usize) -> Option<(usize, usize)> {
+    let sg = gpu.caps.subgroup_size? as usize;
+    if kind != Kind::Lanes || !head_dim.is_multiple_of(4) {
+        return None;
+    }
+    let hd4 = head_dim / 4;
+    let lanes = (0..=sg.ilog2()).rev().map(|e| 1usize << e).find(|l| hd4.is_multiple_of(*l) && hd4 / l <= 4)?;
+    Some((lanes, hd4 / lanes))
+}
 
 /// Bytes of the `part` scratch buffer `attention` needs for one query (decode, [`Split::Auto`])
 /// and for up to `t` queries over up to `ctx` positions ([`Split::Fixed`]), of `n_head` heads.
@@ -436,9 +477,14 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     let stride = 16 * (kv.head_dim / 4 + 1) as u64;
     let by_room = (part.size() / (stride * heads as u64)) as usize;
     // GPUs: a workgroup per (token, head, slice) of at most ATTN_SPAN positions (`coop`). CPU
-    // adapters (lavapipe): an invocation per (token, KV head's query heads, slice) (`main`),
-    // reading each K/V row once for the query heads that share it.
+    // adapters: a cluster of subgroup lanes (`attention_lanes`, where the subgroup size is fixed:
+    // lavapipe) or an invocation (`main`) per (token, KV head's query heads, slice), reading each
+    // K/V row once for the query heads that share it.
     let coop = s.kind == Kind::Coop;
+    let ratio = s.n_head / kv.n_kv;
+    // Kind::Lanes: up to 4 query heads per item (their scores are one vec4).
+    let lanes = lanes_split(b.gpu(), s.kind, kv.head_dim);
+    let lane_group = (1..=4).rev().find(|g| ratio.is_multiple_of(*g)).unwrap_or(1);
     let (splits, span) = match s.split {
         Split::Auto if coop => {
             // Slices of at most ATTN_SPAN positions (the kernel's workgroup memory), more when
@@ -449,6 +495,10 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
             }
             (splits.max(1), 0)
         }
+        Split::Auto if lanes.is_some() => {
+            // Lane clusters: a few items per CPU thread (measured: 12–24 items beat 48–87).
+            (ATTN_LANE_ITEMS.div_ceil(heads / lane_group).min(s.ctx.div_ceil(ATTN_MIN_SPLIT)).min(by_room).max(1), 0)
+        }
         Split::Auto => (ATTN_PARALLEL.div_ceil(heads).min(s.ctx.div_ceil(ATTN_MIN_SPLIT)).min(by_room).max(1), 0),
         Split::Fixed => {
             let splits = s.ctx.div_ceil(ATTN_SPAN);
@@ -458,12 +508,17 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
             (splits, ATTN_SPAN)
         }
     };
-    let ratio = s.n_head / kv.n_kv;
     let group = if !coop && ratio <= 8 && ratio * kv.head_dim / 4 <= 128 { ratio } else { 1 };
     let params = [u(s.t), u(s.n_head), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.q_stride), s.scale.to_bits(), u(table_len), u(splits), u(span)];
     let buffers = [q, pos, table, &kv.k, &kv.v, out, part, rope];
     if coop {
         b.dispatch(&ATTENTION_COOP, &[("FUSED", s.fused as u32 as f64)], &params, &buffers, groups_2d(b.gpu(), heads * splits))?;
+    } else if let Some((lanes, quads)) = lanes {
+        // `lanes` lanes per item, at least 8 lanes (one AVX2 vector) per workgroup.
+        let wg = lanes * (8 / lanes).max(1);
+        let consts = [("GROUP", lane_group as f64), ("FUSED", s.fused as u32 as f64), ("L", lanes as f64), ("QPL", quads as f64), ("WG", wg as f64)];
+        let items = heads / lane_group * splits;
+        b.dispatch(&ATTENTION_LANES, &consts, &params, &buffers, groups_2d(b.gpu(), items.div_ceil(wg / lanes)))?;
     } else {
         // One SIMD width per workgroup: a decode step has only 12–90 invocations here.
         const WG: usize = 8;

@@ -547,7 +547,7 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
     // which is also timed (the adapter's own variant).
     let mut max_err = 0f32;
     let mut ms = None;
-    for kind in [Kind::Rows, Kind::Coop] {
+    for kind in Kind::available(gpu) {
         let fixed = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: Split::Fixed, fused: false, kind };
         // Unfused attention does not read the RoPE table: any read-only buffer fills its binding.
         ops_once(gpu, |b| ops::attention(b, &qb, &fixed, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?;
@@ -608,7 +608,7 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
     let part = gpu.storage("partials", ops::attention_scratch_bytes(1, n_head, hd, ctx)).await?;
     let mut max_err = 0f32;
     let mut ms = None;
-    for kind in [Kind::Rows, Kind::Coop] {
+    for kind in Kind::available(gpu) {
         // The pages start without the token's K/V each time.
         let stale = vec![0u32; (kv.k.size() / 4) as usize];
         gpu.write(&kv.k, 0, &stale);

@@ -127,9 +127,9 @@ gpu_test!(topk,
              Check::TopK { n: 5000, k: 256, cap: 512, window: 0, flat: true }, Check::TopK { n: 1001, k: 1, cap: 2, window: 1, flat: false }],
     browser: [Check::TopK { n: 3000, k: 64, cap: 128, window: 5, flat: false }, Check::TopK { n: 700, k: 32, cap: 64, window: 0, flat: true }]);
 
-// Decode attention with RoPE and the KV write fused in: first token, page boundaries, GQA 3 (CPU
-// adapters: one invocation per KV head), GQA 6 at head dim 128 (one invocation per head), long
-// contexts split over positions.
+// Decode attention with RoPE and the KV write fused in, on every kernel variant the adapter has:
+// first token, page boundaries, GQA 3 (CPU adapters: one invocation or lane cluster per KV head),
+// GQA 6 at head dim 128, long contexts split over positions.
 gpu_test!(decode_attention,
     native: [
         Check::DecodeAttention { past: 0, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 3 },
@@ -137,6 +137,9 @@ gpu_test!(decode_attention,
         Check::DecodeAttention { past: 47, n_head: 12, n_kv: 2, head_dim: 128, page: 16, pool: 5 },
         Check::DecodeAttention { past: 1500, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 100 },
         Check::DecodeAttention { past: 333, n_head: 4, n_kv: 4, head_dim: 32, page: 8, pool: 50 },
+        // Lanes: 3 quads a lane (head dim 96), 4 heads an item; 2 lanes an item (head dim 8).
+        Check::DecodeAttention { past: 77, n_head: 8, n_kv: 2, head_dim: 96, page: 16, pool: 8 },
+        Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 },
     ],
     browser: [
         Check::DecodeAttention { past: 9, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
@@ -154,6 +157,10 @@ gpu_test!(attention,
         Check::Attention { past: 130, t: 3, n_head: 6, n_kv: 2, head_dim: 128, page: 16, pool: 12 },
         // Few queries over a long context: split over positions, then combined.
         Check::Attention { past: 300, t: 2, n_head: 3, n_kv: 1, head_dim: 64, page: 16, pool: 20 },
+        // Lanes: 3 quads a lane, 4 heads an item; 2 lanes an item; 4 lanes, 1 quad, GQA 3.
+        Check::Attention { past: 270, t: 5, n_head: 8, n_kv: 2, head_dim: 96, page: 16, pool: 20 },
+        Check::Attention { past: 0, t: 3, n_head: 2, n_kv: 2, head_dim: 8, page: 2, pool: 3 },
+        Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
     ],
     browser: [
         Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },

@@ -102,14 +102,16 @@ async fn score_matches_oracle() {
     log!("score 21 tokens: max |Δ| {max:e} on {} adapter", gpu.describe());
 }
 
-/// Prefills 13 tokens (chunks of 8 and 5), then decodes 8 more one at a time, on both
-/// matrix-vector kernels (the adapter's and the other one), with the norms and SwiGLU fused into
-/// the projections and not.
+/// Prefills 13 tokens (chunks of 8 and 5), then decodes 8 more one at a time, on every kernel
+/// variant the adapter has (Rows, Lanes where subgroups have a fixed size, Coop), with the norms
+/// and SwiGLU fused into the projections and not.
 async fn decode_matches_oracle() {
     let (gpu, file, mut model, kv) = load().await;
     let toks = tokens(2, 21);
     let want = oracle_logits(&file, &toks).unwrap();
-    for (kind, fuse) in [(Kind::Rows, true), (Kind::Rows, false), (Kind::Coop, true)] {
+    let lanes = Kind::available(&gpu).contains(&Kind::Lanes);
+    let combos = [(Kind::Rows, true), (Kind::Rows, false), (Kind::Lanes, false), (Kind::Coop, true)];
+    for (kind, fuse) in combos.into_iter().filter(|(k, _)| *k != Kind::Lanes || lanes) {
         model.use_kernels(kind);
         model.fuse_decode(fuse);
         let mut seq = kv.sequence(toks.len());

@@ -215,13 +215,14 @@ async fn sampled_decode(file: &[u8], prompt: &[u32], runs: usize, kernels: &str)
     Ok(out)
 }
 
-/// `--kernels auto|rows|coop`.
+/// `--kernels auto|rows|lanes|coop`.
 fn choose_kernels(m: &mut Model, kernels: &str) -> Result<()> {
     match kernels {
         "auto" => {}
         "rows" => m.use_kernels(Kind::Rows),
+        "lanes" => m.use_kernels(Kind::Lanes),
         "coop" => m.use_kernels(Kind::Coop),
-        other => return Err(hotprefix::Error::InvalidArgument(format!("--kernels {other:?}: expected auto, rows or coop"))),
+        other => return Err(hotprefix::Error::InvalidArgument(format!("--kernels {other:?}: expected auto, rows, lanes or coop"))),
     }
     Ok(())
 }

@@ -98,7 +98,7 @@ enum Cmd {
         /// Runs per figure (the median is printed).
         #[arg(long, default_value_t = 3)]
         runs: usize,
-        /// Kernel variants (matrix-vector, attention): `auto` (the adapter's choice), `rows` or `coop`.
+        /// Kernel variants (matrix-vector, attention): `auto` (the adapter's choice), `rows`, `lanes` or `coop`.
         #[arg(long, default_value = "auto")]
         kernels: String,
         /// `bench profile`: `decode`, `decode-short` (after 128 tokens only), `prefill` or `all`.
