@@ -16,6 +16,13 @@ macro_rules! kernel {
 
 static MATVEC: Kernel = kernel!("matmul", "matvec", [Read, Read, ReadWrite, Read]);
 static MATVEC_COOP: Kernel = kernel!("matmul", "matvec_coop", [Read, Read, ReadWrite, Read]);
+// matmul_lanes.wgsl uses matmul.wgsl's layout, bindings and helpers: one module of the two.
+static MATVEC_LANES: Kernel = Kernel {
+    name: "matmul_lanes",
+    source: concat!(include_str!("../shaders/matmul.wgsl"), include_str!("../shaders/matmul_lanes.wgsl")),
+    entry: "matvec_lanes",
+    bindings: &[Read, Read, ReadWrite, Read],
+};
 static MATMUL: Kernel = kernel!("matmul", "matmul", [Read, Read, ReadWrite]);
 static RMSNORM: Kernel = kernel!("rmsnorm", "main", [Read, Read, ReadWrite]);
 static ROPE: Kernel = kernel!("rope", "main", [ReadWrite, Read, Read]);
@@ -263,7 +270,9 @@ fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Wei
             let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
             let groups = [u(invocations(r)).div_ceil(MM_WG), u(t), 1];
             let consts = [consts[0], consts[1], consts[2], ("WG", MM_WG as f64), ("R", r as f64)];
-            b.dispatch(&MATVEC, &consts, &params, &[x, &w.buf, y, aux], groups)
+            // Lanes: a block's x loaded once per 8 lanes and broadcast (subgroups of ≥ 8).
+            let lanes = kind == Kind::Lanes && w.format.block() == 32 && b.gpu().caps.subgroup_size.is_some_and(|n| n >= 8);
+            b.dispatch(if lanes { &MATVEC_LANES } else { &MATVEC }, &consts, &params, &[x, &w.buf, y, aux], groups)
         }
         Kind::Coop => {
             let groups = [u(w.n.div_ceil(quant::ROW_GROUP)), u(t), 1];

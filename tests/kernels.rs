@@ -85,7 +85,7 @@ gpu_test!(matmul_accumulate,
 /// weight format and fused op, odd N, from a later row of x, with and without the residual add.
 fn matvecs(shapes: &[(usize, usize)]) -> Vec<Check> {
     let mut v = Vec::new();
-    for kind in [Kind::Rows, Kind::Coop] {
+    for kind in [Kind::Rows, Kind::Lanes, Kind::Coop] {
         for (i, format) in [F32, F16, Q8_0, Q4_1].into_iter().enumerate() {
             for (j, op) in [Fused::None, Fused::RmsNorm, Fused::SwiGlu].into_iter().enumerate() {
                 let (k, n) = shapes[(i + j) % shapes.len()];
