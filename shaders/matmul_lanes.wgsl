@@ -51,3 +51,77 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
         }
     }
 }
+
+// Token t's x quad from lane 2t (`lo`) or 2t + 1 (`hi`) of the 8, as the columns of a matrix.
+fn tokens_lo(v: vec4<f32>) -> mat4x4<f32> {
+    return mat4x4<f32>(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 2u), subgroupBroadcast(v, 4u), subgroupBroadcast(v, 6u));
+}
+
+fn tokens_hi(v: vec4<f32>) -> mat4x4<f32> {
+    return mat4x4<f32>(subgroupBroadcast(v, 1u), subgroupBroadcast(v, 3u), subgroupBroadcast(v, 5u), subgroupBroadcast(v, 7u));
+}
+
+// Word `i` of the current block of four rows (block word 0 at b), 4 values each, as the columns
+// of a matrix: Q4_1 nibbles at `shift`, or Q8_0 bytes.
+fn rows4(b: vec4<u32>, i: u32, shift: u32) -> mat4x4<f32> {
+    let o = i * G;
+    if FORMAT == 2u {
+        return mat4x4<f32>(i8x4(w[b.x + o]), i8x4(w[b.y + o]), i8x4(w[b.z + o]), i8x4(w[b.w + o]));
+    }
+    return mat4x4<f32>(nib(w[b.x + o], shift), nib(w[b.y + o], shift), nib(w[b.z + o], shift), nib(w[b.w + o], shift));
+}
+
+// The prefill matmul for Kind::Lanes (block formats): a 4 × 4 tile of y (4 tokens × 4 rows) per
+// invocation, as `matmul`, but a block (32 values) at a time: each row's block header is read
+// once, not once per 4 values, and the 32 x quads of the tile's 4 tokens are loaded 4 per lane
+// (lane l of each 8: token l / 2, quads (l % 2)·4 .. +3) and broadcast, not 32 per lane. Every
+// lane of a workgroup shares the tile's tokens (workgroups are WG × 1).
+@compute @workgroup_size(WG)
+fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
+    let n0 = gid.x * 4u;
+    let t0 = gid.y * 4u;
+    // No early return (the broadcasts need every lane): rows and tokens past the end repeat the
+    // last one, and their results are not stored.
+    let rn = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
+    let r = vec4<u32>(row_base(rn.x), row_base(rn.y), row_base(rn.z), row_base(rn.w));
+    let k4n = p.k / 4u;
+    let l = sl % 8u;
+    let xb = min(t0 + l / 2u, p.t - 1u) * k4n + (l % 2u) * 4u;
+    let words = select(5u, 9u, FORMAT == 2u);
+    // acc[c][t]: row c, token t.
+    var acc = mat4x4<f32>();
+    for (var c = 0u; c < p.k / 32u; c++) {
+        let x0 = x[xb + c * 8u];
+        let x1 = x[xb + c * 8u + 1u];
+        let x2 = x[xb + c * 8u + 2u];
+        let x3 = x[xb + c * 8u + 3u];
+        let b = r + vec4<u32>(c * words * G);
+        let h = vec4<f32>(unpack2x16float(w[b.x]).x, unpack2x16float(w[b.y]).x, unpack2x16float(w[b.z]).x, unpack2x16float(w[b.w]).x);
+        // s[c][t]: Σ x·q over the block for row c, token t (transpose: rows of quads · quads).
+        var s: mat4x4<f32>;
+        if FORMAT == 2u {
+            s = transpose(tokens_lo(x0)) * rows4(b, 1u, 0u) + transpose(tokens_lo(x1)) * rows4(b, 2u, 0u)
+              + transpose(tokens_lo(x2)) * rows4(b, 3u, 0u) + transpose(tokens_lo(x3)) * rows4(b, 4u, 0u)
+              + transpose(tokens_hi(x0)) * rows4(b, 5u, 0u) + transpose(tokens_hi(x1)) * rows4(b, 6u, 0u)
+              + transpose(tokens_hi(x2)) * rows4(b, 7u, 0u) + transpose(tokens_hi(x3)) * rows4(b, 8u, 0u);
+            acc += mat4x4<f32>(s[0] * h.x, s[1] * h.y, s[2] * h.z, s[3] * h.w);
+        } else {
+            s = transpose(tokens_lo(x0)) * rows4(b, 1u, 0u) + transpose(tokens_hi(x0)) * rows4(b, 1u, 4u)
+              + transpose(tokens_lo(x1)) * rows4(b, 2u, 0u) + transpose(tokens_hi(x1)) * rows4(b, 2u, 4u)
+              + transpose(tokens_lo(x2)) * rows4(b, 3u, 0u) + transpose(tokens_hi(x2)) * rows4(b, 3u, 4u)
+              + transpose(tokens_lo(x3)) * rows4(b, 4u, 0u) + transpose(tokens_hi(x3)) * rows4(b, 4u, 4u);
+            // Σ x·(d·q + m) = d·Σ x·q + m·Σ x.
+            let m = vec4<f32>(unpack2x16float(w[b.x]).y, unpack2x16float(w[b.y]).y, unpack2x16float(w[b.z]).y, unpack2x16float(w[b.w]).y);
+            let ps = (x0 + x1) + (x2 + x3);
+            let xs = transpose(tokens_lo(ps) + tokens_hi(ps)) * vec4<f32>(1.0);
+            acc += mat4x4<f32>(s[0] * h.x + xs * m.x, s[1] * h.y + xs * m.y, s[2] * h.z + xs * m.z, s[3] * h.w + xs * m.w);
+        }
+    }
+    for (var ri = 0u; ri < 4u; ri++) {
+        for (var ti = 0u; ti < 4u; ti++) {
+            if n0 + ri < p.n && t0 + ti < p.t {
+                store((t0 + ti) * p.n + n0 + ri, acc[ri][ti]);
+            }
+        }
+    }
+}

@@ -538,7 +538,8 @@ impl Model {
     #[allow(clippy::too_many_arguments)]
     fn record(&self, b: &mut Batch, kv_cache: &KvCache, table: &wgpu::Buffer, start: usize, t: usize, table_len: usize, logits: Logits) -> Result<()> {
         let (c, s) = (&self.cfg, &self.s);
-        let mm = |b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, acc: bool| ops::matmul_exact(b, x, w, y, t, acc);
+        let kind = self.matvec;
+        let mm = |b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, acc: bool| ops::matmul_exact(b, x, w, y, t, acc, kind);
         let (d, hd, qkv_w) = (c.dim, c.head_dim, c.qkv_width());
         ops::embed(b, &s.tokens, &self.embed, &s.x, t)?;
         for (l, kv) in self.layers.iter().zip(&kv_cache.layers) {

@@ -23,6 +23,7 @@ static MATVEC_LANES: Kernel = Kernel {
     entry: "matvec_lanes",
     bindings: &[Read, Read, ReadWrite, Read],
 };
+static MATMUL_LANES: Kernel = Kernel { entry: "matmul_lanes", bindings: &[Read, Read, ReadWrite], ..MATVEC_LANES };
 static MATMUL: Kernel = kernel!("matmul", "matmul", [Read, Read, ReadWrite]);
 static RMSNORM: Kernel = kernel!("rmsnorm", "main", [Read, Read, ReadWrite]);
 static ROPE: Kernel = kernel!("rope", "main", [ReadWrite, Read, Read]);
@@ -157,32 +158,35 @@ fn u(v: usize) -> u32 {
 
 /// `y[t, n] = x[t, k] · Wᵀ` (weights dequantized in the shader).
 pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
-    matmul_into(b, x, w, y, t, false, t >= TILE_FROM)
+    matmul_into(b, x, w, y, t, false, t >= TILE_FROM, Kind::for_adapter(b.gpu()))
 }
 
 /// `matmul` (or, with `acc`, `matmul_acc`) on the tiled kernel whatever `t` is. A row's result
 /// does not depend on which other rows share the dispatch, so a prompt computed in any split into
 /// chunks — a cached prefix and a new suffix, or all at once — gets the same K/V bit for bit:
-/// prefill uses it, decode the faster matrix-vector kernel.
-pub fn matmul_exact(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool) -> Result<()> {
-    matmul_into(b, x, w, y, t, acc, true)
+/// prefill uses it, decode the faster matrix-vector kernel. `kind` picks the tiled kernel
+/// (`Lanes`: `matmul_lanes` for the block formats; otherwise `matmul`).
+pub fn matmul_exact(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: Kind) -> Result<()> {
+    matmul_into(b, x, w, y, t, acc, true, kind)
 }
 
 /// `y[t, n] += x[t, k] · Wᵀ`: a projection with the residual add fused in (one dispatch, not two).
 pub fn matmul_acc(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
-    matmul_into(b, x, w, y, t, true, t >= TILE_FROM)
+    matmul_into(b, x, w, y, t, true, t >= TILE_FROM, Kind::for_adapter(b.gpu()))
 }
 
-fn matmul_into(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, tiled: bool) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+fn matmul_into(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, tiled: bool, kind: Kind) -> Result<()> {
     need("matmul", "x", x, t * w.k)?;
     need("matmul", "y", y, t * w.n)?;
     if !tiled {
-        return matvec_rows(b, x, 0, XLoad::Plain, w, y, t, acc, Kind::for_adapter(b.gpu()));
+        return matvec_rows(b, x, 0, XLoad::Plain, w, y, t, acc, kind);
     }
     let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), 0, 0];
     let groups = [u(w.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
-    b.dispatch(&MATMUL, &consts, &params, &[x, &w.buf, y], groups)
+    let kernel = if lanes_block(b.gpu(), kind, w.format) { &MATMUL_LANES } else { &MATMUL };
+    b.dispatch(kernel, &consts, &params, &[x, &w.buf, y], groups)
 }
 
 /// What a matrix-vector kernel applies to x as it loads it: the op before the projection, fused.
@@ -270,15 +274,20 @@ fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Wei
             let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
             let groups = [u(invocations(r)).div_ceil(MM_WG), u(t), 1];
             let consts = [consts[0], consts[1], consts[2], ("WG", MM_WG as f64), ("R", r as f64)];
-            // Lanes: a block's x loaded once per 8 lanes and broadcast (subgroups of ≥ 8).
-            let lanes = kind == Kind::Lanes && w.format.block() == 32 && b.gpu().caps.subgroup_size.is_some_and(|n| n >= 8);
-            b.dispatch(if lanes { &MATVEC_LANES } else { &MATVEC }, &consts, &params, &[x, &w.buf, y, aux], groups)
+            let kernel = if lanes_block(b.gpu(), kind, w.format) { &MATVEC_LANES } else { &MATVEC };
+            b.dispatch(kernel, &consts, &params, &[x, &w.buf, y, aux], groups)
         }
         Kind::Coop => {
             let groups = [u(w.n.div_ceil(quant::ROW_GROUP)), u(t), 1];
             b.dispatch(&MATVEC_COOP, &consts, &params, &[x, &w.buf, y, aux], groups)
         }
     }
+}
+
+/// Whether `kind` runs `matmul_lanes.wgsl` on weights of `format`: the block formats, where 8 lanes
+/// share a block's x by subgroup broadcast (subgroups of at least 8 lanes).
+fn lanes_block(gpu: &Gpu, kind: Kind, format: Format) -> bool {
+    kind == Kind::Lanes && format.block() == 32 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8)
 }
 
 /// `y[r] = x[r] / rms(x[r]) · w` for `rows` rows of `dim`.

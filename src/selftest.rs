@@ -477,7 +477,13 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
         (gpu.read_f32(&yb, t * n).await?, ms)
     };
     let (got, ms) = got;
-    let max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * mag[i])?;
+    let mut max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * mag[i])?;
+    // The tiled kernel of every variant, whatever T is (prefill's matmul_exact).
+    for kind in Kind::available(gpu) {
+        ops_once(gpu, |b| ops::matmul_exact(b, &xb, &w, &yb, t, false, kind)).await?;
+        let got = gpu.read_f32(&yb, t * n).await?;
+        max_err = max_err.max(compare(&name, &format!("y (tiled, {kind:?})"), &got, &want, |i| 1e-5 + 2e-5 * mag[i])?);
+    }
     let (work, unit) = if t == 1 { (w.buf.size() as f64, "GB/s") } else { (2.0 * (t * k * n) as f64, "GFLOP/s") };
     Ok(Report::timed(name, max_err, ms, work, unit))
 }
