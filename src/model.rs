@@ -412,23 +412,23 @@ impl Model {
             part: gpu.storage("attention partials", ops::attention_scratch_bytes(t, cfg.n_head, hd, max_pos)).await?,
         };
         let matvec = Kind::for_adapter(gpu);
-        // Fusing the norms and the SwiGLU into the x-load pays on GPUs; on CPU adapters each invocation
-        // walks the whole x, so a fused x-load repeats the norm-weight loads and the exps per
-        // invocation, which costs more there than the dispatches saved (docs/BENCHMARKS.md).
-        let fuse = matvec == Kind::Coop;
+        let fuse = fused_by_default(matvec);
         Ok(Model { cfg, opts, embed, output, output_norm, layers, rope, s, matvec, fuse, weight_bytes })
     }
 
     /// Makes the matrix-vector and attention kernels variant `kind` instead of the adapter's
     /// choice (tests run both on one adapter; benchmarks compare them).
+    /// Decoding fuses the norms and SwiGLU as the variant does by default (`fuse_decode` after
+    /// this changes it).
     pub fn use_kernels(&mut self, kind: Kind) {
         self.matvec = kind;
+        self.fuse = fused_by_default(kind);
     }
 
     /// Makes decoding fuse the RMSNorms and the SwiGLU into the projections after them (`true`:
-    /// 6 dispatches a layer, the default with the `Coop` kernels) or run them as dispatches of
-    /// their own (`false`: 8 a layer, the default on CPU adapters, where it is faster). Tests run
-    /// both; `hotprefix bench profile` compares them.
+    /// 6 dispatches a layer, the default with the `Coop` and `Lanes` kernels) or run them as
+    /// dispatches of their own (`false`: 9 a layer, the default with `Rows`, where it is faster).
+    /// Tests run both; `hotprefix bench profile` compares them.
     pub fn fuse_decode(&mut self, fuse: bool) {
         self.fuse = fuse;
     }
@@ -698,4 +698,12 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// Whether decoding fuses the norms and SwiGLU into the projections with kernel variant `kind`.
+/// It pays on GPUs (`Coop`) and with `Lanes`, where 8 lanes share one fused x-load. With `Rows`
+/// each invocation walks the whole x, so a fused x-load repeats the norm-weight loads and the
+/// exps per invocation, which costs more than the dispatches saved (docs/BENCHMARKS.md).
+fn fused_by_default(kind: Kind) -> bool {
+    kind != Kind::Rows
 }
