@@ -6,14 +6,16 @@
 // Why a variant: `main` gives each invocation a whole (token, query heads, slice) and keeps q and
 // the accumulators of its heads in private arrays indexed at run time. lavapipe 25.0 keeps such
 // arrays in memory and moves them lane by lane, 9 array words for every K/V word read. Here a
-// cluster of L lanes (inside one subgroup) shares an item: lane `lane` owns the QPL quads
-// lane, lane + L, … of the head dimension, for up to 4 query heads that share a KV head. q and the
-// accumulators are mat4x4 values (a column per head) named one per quad and indexed only by
-// constants, so they stay in vector registers. A score is the lanes' partial dot products summed
-// with subgroupShuffleXor inside the cluster; the four heads' scores, maxima and sums are vec4s.
+// cluster of L lanes (inside one subgroup) shares an item: 4·SETS query rows that share a KV head
+// (the rows (t, h) of KV head g in order t·ratio + h % ratio: the heads of one decode token, or
+// the heads of neighbouring prefill tokens), one slice of positions. Lane `lane` owns the QPL
+// quads lane, lane + L, … of the head dimension. q and the sums are mat4x4 values (a column per
+// row) named one per quad and indexed only by constants, so they stay in vector registers. Each
+// K/V word a lane loads serves all 4·SETS rows. A score is the lanes' partial dot products summed
+// with subgroupShuffleXor inside the cluster; four rows' scores, maxima and sums are vec4s.
 //
 // This file is appended to attention.wgsl (ops.rs concatenates them), whose bindings, `rotate`,
-// `f16_round`, `kv_base`, `kv_at`, `write_own`, FUSED, GROUP (here 1–4) and WG it uses: a
+// `f16_round`, `kv_base`, `kv_at`, `write_own`, FUSED and WG it uses: a
 // module of its own, because subgroup operations need the device's SUBGROUP feature. No
 // `enable subgroups;`: naga (wgpu 30) rejects it, so the kernel is used natively only.
 
@@ -21,30 +23,118 @@
 // head dim = 4 · L · QPL).
 override L: u32 = 8u;
 override QPL: u32 = 2u;
+// Sets of 4 query rows per item (1 or 2).
+override SETS: u32 = 1u;
 
-// Quad i of query heads h0 .. h0 + GROUP - 1 of token t, scaled (and rotated when FUSED), as the
-// columns of a matrix (zero past GROUP).
-fn load_q(t: u32, h0: u32, i: u32, own: u32) -> mat4x4<f32> {
-    var m = mat4x4<f32>();
-    for (var r = 0u; r < GROUP; r++) {
-        var qq = q[(t * p.q_stride + (h0 + r) * p.hd) / 4u + i];
-        if FUSED == 1u {
-            qq = rotate(qq, own, i);
-        }
-        m[r] = qq * p.scale;
-    }
-    return m;
+// Four query rows (t, h) of KV head g, items f .. f + 3 in t·ratio + h % ratio order, over one
+// slice of positions: q and sums (a column per row), online-softmax max and sum, and the positions
+// [lo, hi) each row reads in the slice (empty for rows past the last token).
+struct Rows {
+    q0: mat4x4<f32>,
+    q1: mat4x4<f32>,
+    q2: mat4x4<f32>,
+    q3: mat4x4<f32>,
+    a0: mat4x4<f32>,
+    a1: mat4x4<f32>,
+    a2: mat4x4<f32>,
+    a3: mat4x4<f32>,
+    m: vec4<f32>,
+    l: vec4<f32>,
+    lo: vec4<u32>,
+    hi: vec4<u32>,
 }
 
-// Column r of `a` rescaled by corr[r], plus e[r]·v: one position's update of four heads' sums.
+fn ratio() -> u32 {
+    return p.n_head / p.n_kv;
+}
+
+// Quad i of row f's q, scaled (and rotated when FUSED).
+fn q_quad(f: u32, g: u32, i: u32) -> vec4<f32> {
+    let t = f / ratio();
+    let h = g * ratio() + f % ratio();
+    var qq = q[(t * p.q_stride + h * p.hd) / 4u + i];
+    if FUSED == 1u {
+        qq = rotate(qq, pos[t], i);
+    }
+    return qq * p.scale;
+}
+
+fn rows_init(f0: u32, g: u32, lane: u32, split: u32) -> Rows {
+    var r: Rows;
+    r.m = vec4<f32>(-3.0e38);
+    r.l = vec4<f32>(0.0);
+    r.lo = vec4<u32>(0xffffffffu);
+    r.hi = vec4<u32>(0u);
+    for (var c = 0u; c < 4u; c++) {
+        let f = f0 + c;
+        if f >= p.t * ratio() {
+            break;
+        }
+        let n = pos[f / ratio()] + 1u;
+        let per = select((n + p.splits - 1u) / p.splits, p.span, p.span > 0u);
+        r.lo[c] = split * per;
+        r.hi[c] = min(n, (split + 1u) * per);
+        r.q0[c] = q_quad(f, g, lane);
+        if QPL > 1u {
+            r.q1[c] = q_quad(f, g, lane + L);
+        }
+        if QPL > 2u {
+            r.q2[c] = q_quad(f, g, lane + 2u * L);
+        }
+        if QPL > 3u {
+            r.q3[c] = q_quad(f, g, lane + 3u * L);
+        }
+    }
+    return r;
+}
+
+// Column r of `a` rescaled by corr[r], plus e[r]·v: one position's update of four rows' sums.
 fn update(a: mat4x4<f32>, v: vec4<f32>, corr: vec4<f32>, e: vec4<f32>) -> mat4x4<f32> {
     return mat4x4<f32>(a[0] * corr.x + v * e.x, a[1] * corr.y + v * e.y, a[2] * corr.z + v * e.z, a[3] * corr.w + v * e.w);
 }
 
-// Column r of the accumulator for quad i, to `out` (one slice) or to the partials.
-fn store(t: u32, h0: u32, r: u32, i: u32, split: u32, a: vec4<f32>, m: f32, l: f32, lane: u32) {
+// Position j (this lane's K and V quads, a column per quad) for the four rows.
+fn rows_step(r0: Rows, k: mat4x4<f32>, v: mat4x4<f32>, j: u32) -> Rows {
+    var r = r0;
+    // vec4 · mat4x4: this lane's K quad dotted with each row's q quad.
+    var s = k[0] * r.q0;
+    if QPL > 1u {
+        s += k[1] * r.q1;
+    }
+    if QPL > 2u {
+        s += k[2] * r.q2;
+    }
+    if QPL > 3u {
+        s += k[3] * r.q3;
+    }
+    for (var o = L / 2u; o > 0u; o /= 2u) {
+        s += subgroupShuffleXor(s, o);
+    }
+    let valid = (vec4<u32>(j) >= r.lo) & (vec4<u32>(j) < r.hi);
+    // One exp a row: exp(m − max(m, s)) and exp(s − max(m, s)) are e^−|s − m| and 1, one way or
+    // the other. Rows for which j is outside [lo, hi) keep their state.
+    let up = valid & (s > r.m);
+    let x = exp(select(s - r.m, r.m - s, up));
+    let corr = select(vec4<f32>(1.0), x, up);
+    let e = select(vec4<f32>(0.0), select(x, vec4<f32>(1.0), up), valid);
+    r.m = select(r.m, max(r.m, s), valid);
+    r.l = r.l * corr + e;
+    r.a0 = update(r.a0, v[0], corr, e);
+    if QPL > 1u {
+        r.a1 = update(r.a1, v[1], corr, e);
+    }
+    if QPL > 2u {
+        r.a2 = update(r.a2, v[2], corr, e);
+    }
+    if QPL > 3u {
+        r.a3 = update(r.a3, v[3], corr, e);
+    }
+    return r;
+}
+
+// Quad i of one row's sum, to `out` (one slice) or to the partials.
+fn store_quad(th: u32, i: u32, split: u32, a: vec4<f32>, m: f32, l: f32, lane: u32) {
     let hd4 = p.hd / 4u;
-    let th = t * p.n_head + h0 + r;
     if p.splits == 1u {
         out[th * hd4 + i] = a / l;
     } else {
@@ -56,94 +146,84 @@ fn store(t: u32, h0: u32, r: u32, i: u32, split: u32, a: vec4<f32>, m: f32, l: f
     }
 }
 
+fn rows_store(r: Rows, f0: u32, g: u32, lane: u32, split: u32) {
+    for (var c = 0u; c < 4u; c++) {
+        let f = f0 + c;
+        if f >= p.t * ratio() {
+            break;
+        }
+        let th = (f / ratio()) * p.n_head + g * ratio() + f % ratio();
+        store_quad(th, lane, split, r.a0[c], r.m[c], r.l[c], lane);
+        if QPL > 1u {
+            store_quad(th, lane + L, split, r.a1[c], r.m[c], r.l[c], lane);
+        }
+        if QPL > 2u {
+            store_quad(th, lane + 2u * L, split, r.a2[c], r.m[c], r.l[c], lane);
+        }
+        if QPL > 3u {
+            store_quad(th, lane + 3u * L, split, r.a3[c], r.m[c], r.l[c], lane);
+        }
+    }
+}
+
+// The lane's K (or V) quads of position j, a column per quad.
+fn kv_quads(is_k: bool, base: u32, lane: u32, j: u32, own: u32, krow: u32) -> mat4x4<f32> {
+    var k = mat4x4<f32>();
+    k[0] = kv_at(is_k, base, lane, j, own, krow);
+    if QPL > 1u {
+        k[1] = kv_at(is_k, base, lane + L, j, own, krow);
+    }
+    if QPL > 2u {
+        k[2] = kv_at(is_k, base, lane + 2u * L, j, own, krow);
+    }
+    if QPL > 3u {
+        k[3] = kv_at(is_k, base, lane + 3u * L, j, own, krow);
+    }
+    return k;
+}
+
 @compute @workgroup_size(WG)
 fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let item = (wid.x + wid.y * nw.x) * (WG / L) + lid / L;
     let lane = lid % L;
-    let groups = p.n_head / GROUP;
+    let chunks = (p.t * ratio() + 4u * SETS - 1u) / (4u * SETS);
     // A whole cluster leaves together: the shuffles below only read lanes of their own item.
-    if item >= p.t * groups * p.splits {
+    if item >= p.n_kv * chunks * p.splits {
         return;
     }
     let split = item % p.splits;
-    let tg = item / p.splits;
-    let t = tg / groups;
-    let h0 = (tg % groups) * GROUP;
-    let g = h0 / (p.n_head / p.n_kv);
-    let own = pos[t];
-    var q0 = load_q(t, h0, lane, own);
-    var q1 = mat4x4<f32>();
-    var q2 = mat4x4<f32>();
-    var q3 = mat4x4<f32>();
-    if QPL > 1u {
-        q1 = load_q(t, h0, lane + L, own);
+    let chunk = (item / p.splits) % chunks;
+    let g = item / (p.splits * chunks);
+    let f0 = chunk * 4u * SETS;
+    var ra = rows_init(f0, g, lane, split);
+    var rb = Rows();
+    var lo = min(min(ra.lo.x, ra.lo.y), min(ra.lo.z, ra.lo.w));
+    var hi = max(max(ra.hi.x, ra.hi.y), max(ra.hi.z, ra.hi.w));
+    if SETS > 1u {
+        rb = rows_init(f0 + 4u, g, lane, split);
+        lo = min(lo, min(min(rb.lo.x, rb.lo.y), min(rb.lo.z, rb.lo.w)));
+        hi = max(hi, max(max(rb.hi.x, rb.hi.y), max(rb.hi.z, rb.hi.w)));
     }
-    if QPL > 2u {
-        q2 = load_q(t, h0, lane + 2u * L, own);
-    }
-    if QPL > 3u {
-        q3 = load_q(t, h0, lane + 3u * L, own);
-    }
-    var a0 = mat4x4<f32>();
-    var a1 = mat4x4<f32>();
-    var a2 = mat4x4<f32>();
-    var a3 = mat4x4<f32>();
-    var m = vec4<f32>(-3.0e38);
-    var l = vec4<f32>(0.0);
-    let n = own + 1u;
-    let per = select((n + p.splits - 1u) / p.splits, p.span, p.span > 0u);
-    let start = split * per;
-    let end = min(n, (split + 1u) * per);
-    // The token's own K row in q (its V row follows the n_kv K heads).
-    let krow = (t * p.q_stride + (p.n_head + g) * p.hd) / 4u;
-    if FUSED == 1u && h0 % (p.n_head / p.n_kv) == 0u && start <= own && own < end {
+    // FUSED (one token): its own position, and its K row in q (the V row follows the n_kv K heads).
+    let own = pos[f0 / ratio()];
+    let krow = ((f0 / ratio()) * p.q_stride + (p.n_head + g) * p.hd) / 4u;
+    if FUSED == 1u && ra.lo.x <= own && own < ra.hi.x {
         let base = kv_base(own, g);
         for (var k = 0u; k < QPL; k++) {
             write_own(base, krow, own, lane + k * L);
         }
     }
-    for (var j = start; j < end; j++) {
+    for (var j = lo; j < hi; j++) {
         let base = kv_base(j, g);
-        // vec4 · mat4x4: the dot product of this lane's K quad with each head's q quad.
-        var s = kv_at(true, base, lane, j, own, krow) * q0;
-        if QPL > 1u {
-            s += kv_at(true, base, lane + L, j, own, krow) * q1;
-        }
-        if QPL > 2u {
-            s += kv_at(true, base, lane + 2u * L, j, own, krow) * q2;
-        }
-        if QPL > 3u {
-            s += kv_at(true, base, lane + 3u * L, j, own, krow) * q3;
-        }
-        for (var o = L / 2u; o > 0u; o /= 2u) {
-            s += subgroupShuffleXor(s, o);
-        }
-        let m_new = max(m, s);
-        let corr = exp(m - m_new);
-        let e = exp(s - m_new);
-        l = l * corr + e;
-        m = m_new;
-        a0 = update(a0, kv_at(false, base, lane, j, own, krow), corr, e);
-        if QPL > 1u {
-            a1 = update(a1, kv_at(false, base, lane + L, j, own, krow), corr, e);
-        }
-        if QPL > 2u {
-            a2 = update(a2, kv_at(false, base, lane + 2u * L, j, own, krow), corr, e);
-        }
-        if QPL > 3u {
-            a3 = update(a3, kv_at(false, base, lane + 3u * L, j, own, krow), corr, e);
+        let kq = kv_quads(true, base, lane, j, own, krow);
+        let vq = kv_quads(false, base, lane, j, own, krow);
+        ra = rows_step(ra, kq, vq, j);
+        if SETS > 1u {
+            rb = rows_step(rb, kq, vq, j);
         }
     }
-    for (var r = 0u; r < GROUP; r++) {
-        store(t, h0, r, lane, split, a0[r], m[r], l[r], lane);
-        if QPL > 1u {
-            store(t, h0, r, lane + L, split, a1[r], m[r], l[r], lane);
-        }
-        if QPL > 2u {
-            store(t, h0, r, lane + 2u * L, split, a2[r], m[r], l[r], lane);
-        }
-        if QPL > 3u {
-            store(t, h0, r, lane + 3u * L, split, a3[r], m[r], l[r], lane);
-        }
+    rows_store(ra, f0, g, lane, split);
+    if SETS > 1u {
+        rows_store(rb, f0 + 4u, g, lane, split);
     }
 }

@@ -208,10 +208,12 @@ pub enum Kind {
     /// lavapipe, SwiftShader): matvec an invocation per 1–8 rows; attention an invocation per
     /// (token, query heads of a KV head, slice).
     Rows,
-    /// `Rows` matvec, and attention by clusters of subgroup lanes (CPU adapters with a fixed
-    /// subgroup size, natively: lavapipe): lanes split the head dimension of a (token, query heads
-    /// of a KV head, slice), so q and the sums stay in registers; scores are summed with
-    /// subgroup shuffles. Attention falls back to `Rows` for head dims the lanes cannot split.
+    /// CPU adapters with a fixed subgroup size, natively (lavapipe): matvec and the prefill
+    /// matmul as `Rows`, with x shared by subgroup broadcast; attention by clusters of subgroup
+    /// lanes that split the head dimension of 4 or 8 query rows of a KV head (the heads of one
+    /// token or of neighbouring tokens) over a slice, so q and the sums stay in registers and each
+    /// K/V word loaded serves every row; scores are summed with subgroup shuffles. Attention falls
+    /// back to `Rows` for head dims the lanes cannot split.
     Lanes,
     /// Workgroups cooperate (GPUs): matvec a 256-lane workgroup per 32 rows, lanes splitting K;
     /// attention a 64-lane workgroup per (token, head, slice), state in workgroup memory.
@@ -500,9 +502,15 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     // K/V row once for the query heads that share it.
     let coop = s.kind == Kind::Coop;
     let ratio = s.n_head / kv.n_kv;
-    // Kind::Lanes: up to 4 query heads per item (their scores are one vec4).
+    // Kind::Lanes: items of 4 query rows of a KV head (the heads of one token, or of neighbouring
+    // tokens), or of 8 where a lane holds at most 2 quads and there are more than 4 rows: each
+    // K/V word loaded serves them all.
     let lanes = lanes_split(b.gpu(), s.kind, kv.head_dim);
-    let lane_group = (1..=4).rev().find(|g| ratio.is_multiple_of(*g)).unwrap_or(1);
+    let lane_sets = match lanes {
+        Some((_, quads)) if quads <= 2 && s.t * ratio > 4 => 2,
+        _ => 1,
+    };
+    let lane_chunks = (s.t * ratio).div_ceil(4 * lane_sets);
     let (splits, span) = match s.split {
         Split::Auto if coop => {
             // Slices of at most ATTN_SPAN positions (the kernel's workgroup memory), more when
@@ -515,7 +523,7 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
         }
         Split::Auto if lanes.is_some() => {
             // Lane clusters: a few items per CPU thread (measured: 12–24 items beat 48–87).
-            (ATTN_LANE_ITEMS.div_ceil(heads / lane_group).min(s.ctx.div_ceil(ATTN_MIN_SPLIT)).min(by_room).max(1), 0)
+            (ATTN_LANE_ITEMS.div_ceil(kv.n_kv * lane_chunks).min(s.ctx.div_ceil(ATTN_MIN_SPLIT)).min(by_room).max(1), 0)
         }
         Split::Auto => (ATTN_PARALLEL.div_ceil(heads).min(s.ctx.div_ceil(ATTN_MIN_SPLIT)).min(by_room).max(1), 0),
         Split::Fixed => {
@@ -534,8 +542,8 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     } else if let Some((lanes, quads)) = lanes {
         // `lanes` lanes per item, at least 8 lanes (one AVX2 vector) per workgroup.
         let wg = lanes * (8 / lanes).max(1);
-        let consts = [("GROUP", lane_group as f64), ("FUSED", s.fused as u32 as f64), ("L", lanes as f64), ("QPL", quads as f64), ("WG", wg as f64)];
-        let items = heads / lane_group * splits;
+        let consts = [("FUSED", s.fused as u32 as f64), ("L", lanes as f64), ("QPL", quads as f64), ("SETS", lane_sets as f64), ("WG", wg as f64)];
+        let items = kv.n_kv * lane_chunks * splits;
         b.dispatch(&ATTENTION_LANES, &consts, &params, &buffers, groups_2d(b.gpu(), items.div_ceil(wg / lanes)))?;
     } else {
         // One SIMD width per workgroup: a decode step has only 12–90 invocations here.
