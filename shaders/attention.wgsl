@@ -101,6 +101,21 @@ fn kv4(buf_is_k: bool, base: u32, i: u32) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(v_pages[base + 2u * i]), unpack2x16float(v_pages[base + 2u * i + 1u]));
 }
 
+// Quad i of query row th's result over slice `split`: the normalised output (one slice) or the
+// unnormalised partial, with the slice's (max, sum) written once (`header`) for `combine`.
+fn put_result(th: u32, split: u32, i: u32, a: vec4<f32>, m: f32, l: f32, header: bool) {
+    let hd4 = p.hd / 4u;
+    if p.splits == 1u {
+        out[th * hd4 + i] = a / l;
+    } else {
+        let pb = (th * p.splits + split) * (hd4 + 1u);
+        part[pb + i] = a;
+        if header {
+            part[pb + hd4] = vec4<f32>(m, l, 0.0, 0.0);
+        }
+    }
+}
+
 // Query heads per invocation: 1, or several heads sharing one KV head (GROUP divides
 // n_head / n_kv, GROUP·hd/4 ≤ 128), so each K/V row is read once for all of them.
 override GROUP: u32 = 1u;
@@ -182,17 +197,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
     }
     for (var r = 0u; r < GROUP; r++) {
-        let th = t * p.n_head + h0 + r;
-        if p.splits == 1u {
-            for (var i = 0u; i < hd4; i++) {
-                out[th * hd4 + i] = acc[r * hd4 + i] / l[r];
-            }
-        } else {
-            let pb = (th * p.splits + split) * (hd4 + 1u);
-            for (var i = 0u; i < hd4; i++) {
-                part[pb + i] = acc[r * hd4 + i];
-            }
-            part[pb + hd4] = vec4<f32>(m[r], l[r], 0.0, 0.0);
+        for (var i = 0u; i < hd4; i++) {
+            put_result(t * p.n_head + h0 + r, split, i, acc[r * hd4 + i], m[r], l[r], i == 0u);
         }
     }
 }
@@ -330,15 +336,7 @@ fn coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var r = 0u; r < lg; r++) {
             a += w_red[r * hd4 + lid];
         }
-        if p.splits == 1u {
-            out[th * hd4 + lid] = a / total;
-        } else {
-            let pb = (th * p.splits + split) * (hd4 + 1u);
-            part[pb + lid] = a;
-            if lid == 0u {
-                // An empty slice has sum 0: combine skips it.
-                part[pb + hd4] = vec4<f32>(select(-3.0e38, m, end > start), select(0.0, total, end > start), 0.0, 0.0);
-            }
-        }
+        // An empty slice has sum 0: combine skips it.
+        put_result(th, split, lid, a, select(-3.0e38, m, end > start), select(0.0, total, end > start), lid == 0u);
     }
 }

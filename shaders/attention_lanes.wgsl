@@ -15,7 +15,7 @@
 // with subgroupShuffleXor inside the cluster; four rows' scores, maxima and sums are vec4s.
 //
 // This file is appended to attention.wgsl (ops.rs concatenates them), whose bindings, `rotate`,
-// `f16_round`, `kv_base`, `kv_at`, `write_own`, FUSED and WG it uses: a
+// `f16_round`, `kv_base`, `kv_at`, `write_own`, `put_result`, FUSED and WG it uses: a
 // module of its own, because subgroup operations need the device's SUBGROUP feature. No
 // `enable subgroups;`: naga (wgpu 30) rejects it, so the kernel is used natively only.
 
@@ -132,20 +132,6 @@ fn rows_step(r0: Rows, k: mat4x4<f32>, v: mat4x4<f32>, j: u32) -> Rows {
     return r;
 }
 
-// Quad i of one row's sum, to `out` (one slice) or to the partials.
-fn store_quad(th: u32, i: u32, split: u32, a: vec4<f32>, m: f32, l: f32, lane: u32) {
-    let hd4 = p.hd / 4u;
-    if p.splits == 1u {
-        out[th * hd4 + i] = a / l;
-    } else {
-        let pb = (th * p.splits + split) * (hd4 + 1u);
-        part[pb + i] = a;
-        if lane == 0u {
-            part[pb + hd4] = vec4<f32>(m, l, 0.0, 0.0);
-        }
-    }
-}
-
 fn rows_store(r: Rows, f0: u32, g: u32, lane: u32, split: u32) {
     for (var c = 0u; c < 4u; c++) {
         let f = f0 + c;
@@ -153,15 +139,15 @@ fn rows_store(r: Rows, f0: u32, g: u32, lane: u32, split: u32) {
             break;
         }
         let th = (f / ratio()) * p.n_head + g * ratio() + f % ratio();
-        store_quad(th, lane, split, r.a0[c], r.m[c], r.l[c], lane);
+        put_result(th, split, lane, r.a0[c], r.m[c], r.l[c], lane == 0u);
         if QPL > 1u {
-            store_quad(th, lane + L, split, r.a1[c], r.m[c], r.l[c], lane);
+            put_result(th, split, lane + L, r.a1[c], r.m[c], r.l[c], lane == 0u);
         }
         if QPL > 2u {
-            store_quad(th, lane + 2u * L, split, r.a2[c], r.m[c], r.l[c], lane);
+            put_result(th, split, lane + 2u * L, r.a2[c], r.m[c], r.l[c], lane == 0u);
         }
         if QPL > 3u {
-            store_quad(th, lane + 3u * L, split, r.a3[c], r.m[c], r.l[c], lane);
+            put_result(th, split, lane + 3u * L, r.a3[c], r.m[c], r.l[c], lane == 0u);
         }
     }
 }
