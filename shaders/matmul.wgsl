@@ -151,6 +151,8 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
     let block = FORMAT >= 2u;
     let chunks = select(p.k / 4u, p.k / 32u, block);
     let per = select(1u, 8u, block);
+    // Row set-up and the store below are spelled out again in matmul_lanes.wgsl's matvec_lanes:
+    // moved into shared helper functions, lavapipe ran both kernels ~1.4× slower.
     var rb: array<u32, 8>;
     var acc: array<vec4<f32>, 8>;
     for (var j = 0u; j < R; j++) {

@@ -17,6 +17,8 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
     // No early return: every lane takes part in the broadcasts. Rows past N repeat the last one
     // and are not stored.
     let chunks = p.k / 32u;
+    // As matvec's row set-up and store (inline there too: as shared helpers lavapipe ran both
+    // kernels ~1.4× slower).
     var rb: array<u32, 8>;
     var acc: array<vec4<f32>, 8>;
     for (var j = 0u; j < R; j++) {

@@ -497,9 +497,9 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     let stride = 16 * (kv.head_dim / 4 + 1) as u64;
     let by_room = (part.size() / (stride * heads as u64)) as usize;
     // GPUs: a workgroup per (token, head, slice) of at most ATTN_SPAN positions (`coop`). CPU
-    // adapters: a cluster of subgroup lanes (`attention_lanes`, where the subgroup size is fixed:
-    // lavapipe) or an invocation (`main`) per (token, KV head's query heads, slice), reading each
-    // K/V row once for the query heads that share it.
+    // adapters: an invocation (`main`) per (token, KV head's query heads, slice), or, where the
+    // subgroup size is fixed (lavapipe), a cluster of subgroup lanes (`attention_lanes`) per
+    // (4 or 8 query rows of a KV head, slice); each reads a K/V row once for all its rows.
     let coop = s.kind == Kind::Coop;
     let ratio = s.n_head / kv.n_kv;
     // Kind::Lanes: items of 4 query rows of a KV head (the heads of one token, or of neighbouring
