@@ -196,11 +196,20 @@ impl PrefixIndex {
 
     /// Indexes the first `tokens.len()` positions of a sequence whose pages are `pages` (the
     /// caller's sequence holds them; the index takes its own reference on each page it keeps).
-    /// Pages whose tokens are already indexed keep the indexed copy.
+    /// Pages whose tokens are already indexed keep the indexed copy. Nothing is indexed for an
+    /// empty sequence (a request aborted before its prefill): no root is made for it.
     pub fn insert(&mut self, pool: &mut PagePool, salt: &str, tokens: &[u32], pages: &[u32]) -> Result<()> {
+        self.insert_path(pool, salt, tokens, pages)?;
+        self.debug_check(pool)
+    }
+
+    fn insert_path(&mut self, pool: &mut PagePool, salt: &str, tokens: &[u32], pages: &[u32]) -> Result<()> {
         let ps = self.page_size;
         if tokens.len().div_ceil(ps) > pages.len() {
             return Err(Error::InvalidArgument(format!("indexing {} tokens with {} pages of {ps}", tokens.len(), pages.len())));
+        }
+        if tokens.is_empty() {
+            return Ok(());
         }
         self.tick += 1;
         let tick = self.tick;
@@ -212,6 +221,9 @@ impl PrefixIndex {
                 r
             }
         };
+        // The root stays while the insert runs, even when a superseded partial page was its only
+        // child: `remove_leaf` never removes a root, and every path below adds at least one node
+        // under it (or finds one there), so it is never left empty.
         let mut at = root;
         for (chunk, &page) in tokens.chunks(ps).zip(pages) {
             let children = self.node(at).children.clone();
@@ -222,7 +234,9 @@ impl PrefixIndex {
             }
             if chunk.len() < ps {
                 // A partial page already covered by a sibling (full or longer partial) adds nothing.
-                if let Some(&cover) = children.iter().find(|&&c| self.node(c).tokens.starts_with(chunk)) {
+                // The most recently used one, as a lookup would pick it.
+                let cover = children.iter().copied().filter(|&c| self.node(c).tokens.starts_with(chunk)).max_by_key(|&c| self.node(c).last_use);
+                if let Some(cover) = cover {
                     self.node_mut(cover).last_use = tick;
                     return Ok(());
                 }
@@ -242,25 +256,32 @@ impl PrefixIndex {
         Ok(())
     }
 
-    /// Removes a leaf node and releases its page; an emptied root goes too.
+    /// Removes a leaf node below a root and releases its page. Its parent stays, even a root left
+    /// without children: the caller decides ([`Self::prune_root`]).
     fn remove_leaf(&mut self, pool: &mut PagePool, id: NodeId) -> Result<()> {
-        let node = self.nodes[id].take().ok_or_else(|| Error::CacheCorrupt(format!("prefix node {id} removed twice")))?;
-        if !node.children.is_empty() {
-            return Err(Error::CacheCorrupt(format!("prefix node {id} removed with {} children", node.children.len())));
+        match self.nodes.get(id) {
+            Some(Some(n)) if n.parent.is_some() && n.children.is_empty() => {}
+            Some(Some(n)) => return Err(Error::CacheCorrupt(format!("prefix node {id} removed as a leaf with {} children (root: {})", n.children.len(), n.parent.is_none()))),
+            _ => return Err(Error::CacheCorrupt(format!("prefix node {id} removed twice"))),
         }
+        let node = self.nodes[id].take().ok_or_else(|| Error::CacheCorrupt(format!("prefix node {id} removed twice")))?;
         self.free_ids.push(id);
         if let Some(parent) = node.parent {
             self.node_mut(parent).children.retain(|&c| c != id);
-            let p = self.node(parent);
-            if p.parent.is_none() && p.children.is_empty() {
-                let salt = p.salt.clone();
-                self.nodes[parent] = None;
-                self.free_ids.push(parent);
-                self.roots.remove(&salt);
-            }
-            pool.release(node.page)?;
         }
-        Ok(())
+        pool.release(node.page)
+    }
+
+    /// Removes root `id` if nothing is left below it, so that salts seen once do not grow the
+    /// index without bound.
+    fn prune_root(&mut self, id: NodeId) {
+        let Some(Some(n)) = self.nodes.get(id) else { return };
+        if n.parent.is_none() && n.children.is_empty() {
+            let salt = n.salt.clone();
+            self.nodes[id] = None;
+            self.free_ids.push(id);
+            self.roots.remove(&salt);
+        }
     }
 
     /// Pages that eviction could free now: those only the index holds.
@@ -272,6 +293,12 @@ impl PrefixIndex {
     /// holds (leaf-first: a parent becomes a candidate once its children are gone). Returns the
     /// pages freed, which is less than `need` only when nothing more can go.
     pub fn evict(&mut self, pool: &mut PagePool, need: usize) -> Result<usize> {
+        let freed = self.evict_leaves(pool, need)?;
+        self.debug_check(pool)?;
+        Ok(freed)
+    }
+
+    fn evict_leaves(&mut self, pool: &mut PagePool, need: usize) -> Result<usize> {
         let evictable = |n: &Node, pool: &PagePool| n.parent.is_some() && n.children.is_empty() && pool.refs(n.page) == 1;
         let mut heap: BinaryHeap<Reverse<(u64, NodeId)>> = self
             .nodes
@@ -285,9 +312,12 @@ impl PrefixIndex {
             let parent = self.node(id).parent;
             self.remove_leaf(pool, id)?;
             freed += 1;
-            if let Some(p) = parent.and_then(|p| self.nodes[p].as_ref().map(|n| (p, n))) {
-                if evictable(p.1, pool) {
-                    heap.push(Reverse((p.1.last_use, p.0)));
+            if let Some(p) = parent {
+                let n = self.node(p);
+                if n.parent.is_none() {
+                    self.prune_root(p);
+                } else if evictable(n, pool) {
+                    heap.push(Reverse((n.last_use, p)));
                 }
             }
         }
@@ -308,6 +338,87 @@ impl PrefixIndex {
         self.free_ids.clear();
         self.roots.clear();
         first_err
+    }
+
+    /// Checks the index's invariants, `Err(CacheCorrupt)` naming the first one broken:
+    /// - every root in `roots` is live, a root, and under its own salt; no root is empty;
+    /// - every live node is reachable from exactly one root, once (so there is no cycle), and
+    ///   parent and child links agree;
+    /// - a node below a root holds 1..=`page_size` tokens, a partial one is a leaf, and no
+    ///   sibling's tokens equal another's or are a partial prefix of another's;
+    /// - the free ids are exactly the empty slots;
+    /// - each page is held by one node, and the pool counts at least one holder for it (exact
+    ///   counts, when no sequence runs, are [`PagePool::audit`]'s, with [`Self::count_holders`]).
+    ///
+    /// O(nodes): debug builds run it after every operation that changes the index.
+    pub fn check(&self, pool: &PagePool) -> Result<()> {
+        let bad = |m: String| Err(Error::CacheCorrupt(format!("prefix index: {m}")));
+        let ps = self.page_size;
+        let mut seen = vec![false; self.nodes.len()];
+        let mut pages = std::collections::HashSet::new();
+        for (salt, &root) in &self.roots {
+            let Some(Some(r)) = self.nodes.get(root) else { return bad(format!("root {root} of salt {salt:?} is not live")) };
+            if r.parent.is_some() || r.salt != *salt {
+                return bad(format!("root {root} of salt {salt:?} has a parent or another salt ({:?})", r.salt));
+            }
+            if r.children.is_empty() {
+                return bad(format!("root {root} of salt {salt:?} is empty"));
+            }
+            let mut stack = vec![root];
+            while let Some(id) = stack.pop() {
+                if std::mem::replace(&mut seen[id], true) {
+                    return bad(format!("node {id} is reached twice (a cycle, or a child of two parents)"));
+                }
+                let n = self.node(id);
+                if id != root {
+                    if n.tokens.is_empty() || n.tokens.len() > ps {
+                        return bad(format!("node {id} holds {} tokens (pages of {ps})", n.tokens.len()));
+                    }
+                    if n.tokens.len() < ps && !n.children.is_empty() {
+                        return bad(format!("partial node {id} has children"));
+                    }
+                    if !pages.insert(n.page) {
+                        return bad(format!("page {} is held by two nodes", n.page));
+                    }
+                    if pool.refs(n.page) == 0 {
+                        return bad(format!("node {id}'s page {} is free in the pool", n.page));
+                    }
+                }
+                for (i, &c) in n.children.iter().enumerate() {
+                    let Some(Some(child)) = self.nodes.get(c) else { return bad(format!("child {c} of node {id} is not live")) };
+                    if child.parent != Some(id) {
+                        return bad(format!("child {c} of node {id} names {:?} as its parent", child.parent));
+                    }
+                    for &o in &n.children[i + 1..] {
+                        let Some(Some(other)) = self.nodes.get(o) else { continue };
+                        let (a, b) = (&child.tokens, &other.tokens);
+                        if a == b || (a.len() < ps && b.starts_with(a)) || (b.len() < ps && a.starts_with(b)) {
+                            return bad(format!("siblings {c} and {o} of node {id} overlap"));
+                        }
+                    }
+                    stack.push(c);
+                }
+            }
+        }
+        if let Some(id) = (0..self.nodes.len()).find(|&i| self.nodes[i].is_some() && !seen[i]) {
+            return bad(format!("node {id} is live but reachable from no root"));
+        }
+        let mut free = self.free_ids.clone();
+        free.sort_unstable();
+        let empty: Vec<NodeId> = (0..self.nodes.len()).filter(|&i| self.nodes[i].is_none()).collect();
+        if free != empty {
+            return bad(format!("free ids {free:?} are not the empty slots {empty:?}"));
+        }
+        Ok(())
+    }
+
+    /// [`Self::check`] in debug builds, after each operation that changes the index.
+    fn debug_check(&self, pool: &PagePool) -> Result<()> {
+        if cfg!(debug_assertions) {
+            self.check(pool)
+        } else {
+            Ok(())
+        }
     }
 
     /// Adds one to `holders[page]` for each page the index holds (for [`PagePool::audit`]).
@@ -496,5 +607,376 @@ mod tests {
         idx.clear(&mut pool).unwrap();
         assert_eq!(pool.used(), 0, "no leak after clearing");
         audit(&idx, &pool);
+    }
+
+    /// The plain reference the index is checked against: per salt, the resident page prefixes
+    /// (each a prefix of an indexed sequence that ends at a page's end, or at a partial last
+    /// page's end) with their last use. No node ids, no links: nothing to lose or cycle.
+    #[derive(Clone, Default)]
+    struct Reference {
+        keys: HashMap<(String, Vec<u32>), u64>,
+        clock: u64,
+    }
+
+    impl Reference {
+        /// Keys of `salt` one page below the prefix `tokens[..s]` (the tree's children there).
+        fn children(&self, salt: &str, tokens: &[u32], s: usize) -> Vec<Vec<u32>> {
+            self.keys.keys().filter(|(k_salt, k)| k_salt == salt && k.len() > s && k.len() <= s + PS && k[..s] == tokens[..s]).map(|(_, k)| k.clone()).collect()
+        }
+
+        fn last_use(&self, salt: &str, k: &[u32]) -> u64 {
+            self.keys[&(salt.to_string(), k.to_vec())]
+        }
+
+        fn touch(&mut self, salt: &str, k: &[u32]) {
+            let clock = self.clock;
+            *self.keys.get_mut(&(salt.to_string(), k.to_vec())).expect("a resident key") = clock;
+        }
+
+        fn insert(&mut self, salt: &str, tokens: &[u32]) {
+            if tokens.is_empty() {
+                return;
+            }
+            self.clock += 1;
+            let mut s = 0;
+            while s < tokens.len() {
+                let e = (s + PS).min(tokens.len());
+                let key = &tokens[..e];
+                if self.keys.contains_key(&(salt.to_string(), key.to_vec())) {
+                    self.touch(salt, key);
+                    s = e;
+                    continue;
+                }
+                let siblings = self.children(salt, tokens, s);
+                if e - s < PS {
+                    if let Some(cover) = siblings.iter().filter(|k| k.starts_with(key)).max_by_key(|k| self.last_use(salt, k)) {
+                        let cover = cover.clone();
+                        self.touch(salt, &cover);
+                        return;
+                    }
+                }
+                for k in siblings.iter().filter(|k| k.len() - s < PS && k.len() < e && key.starts_with(k)) {
+                    self.keys.remove(&(salt.to_string(), k.clone()));
+                }
+                self.keys.insert((salt.to_string(), key.to_vec()), self.clock);
+                s = e;
+            }
+        }
+
+        /// Tokens matched, and whether the prompt diverges from something resident there.
+        fn lookup(&mut self, salt: &str, prompt: &[u32]) -> (usize, bool) {
+            self.clock += 1;
+            let mut f = 0;
+            while f + PS <= prompt.len() && self.keys.contains_key(&(salt.to_string(), prompt[..f + PS].to_vec())) {
+                self.touch(salt, &prompt[..f + PS]);
+                f += PS;
+            }
+            let chunk = &prompt[f..(f + PS).min(prompt.len())];
+            let best = self.children(salt, prompt, f).into_iter().map(|k| (lcp(&k[f..], chunk), self.last_use(salt, &k), k)).max();
+            let matched = match best {
+                Some((l, _, k)) if l > 0 && !chunk.is_empty() => {
+                    self.touch(salt, &k);
+                    f + l
+                }
+                _ => f,
+            };
+            let diverges = prompt.len() > matched && self.keys.keys().any(|(k_salt, k)| k_salt == salt && k.len() > matched && lcp(k, prompt) == matched);
+            (matched, diverges)
+        }
+
+        fn is_leaf(&self, salt: &str, k: &[u32]) -> bool {
+            !self.keys.keys().any(|(k_salt, o)| k_salt == salt && o.len() > k.len() && o.starts_with(k))
+        }
+
+        /// Evicts up to `need` unheld leaves, least recently used first; returns how many.
+        fn evict(&mut self, need: usize, held: &[(String, Vec<u32>)]) -> usize {
+            let mut freed = 0;
+            while freed < need {
+                let victim = self
+                    .keys
+                    .iter()
+                    .filter(|((salt, k), _)| self.is_leaf(salt, k) && !held.iter().any(|(hs, hk)| hs == salt && hk == k))
+                    .min_by_key(|(_, &t)| t)
+                    .map(|(key, _)| key.clone());
+                let Some(victim) = victim else { break };
+                self.keys.remove(&victim);
+                freed += 1;
+            }
+            freed
+        }
+
+        /// The resident sequences (the leaves), most recently used first.
+        fn leaves(&self) -> Vec<(String, Vec<u32>)> {
+            let mut out: Vec<(u64, String, Vec<u32>)> = self.keys.iter().filter(|((salt, k), _)| self.is_leaf(salt, k)).map(|((s, k), &t)| (t, s.clone(), k.clone())).collect();
+            out.sort_by(|a, b| b.0.cmp(&a.0));
+            out.into_iter().map(|(_, s, k)| (s, k)).collect()
+        }
+    }
+
+    fn random(rng: &mut Rng, n: usize) -> Vec<u32> {
+        (0..n).map(|_| rng.below(3) as u32).collect()
+    }
+
+    /// A running sequence holding the full pages a lookup matched: the pages, and the keys they
+    /// stand for in the reference (forgotten there once the index is cleared or restored).
+    struct Held {
+        pages: Vec<u32>,
+        keys: Vec<(String, Vec<u32>)>,
+    }
+
+    /// What a page holds: the K/V of this salt's tokens up to the page's end.
+    type Labels = HashMap<u32, (String, Vec<u32>)>;
+
+    /// Every check that holds after any operation: the invariants, exact page accounting, the
+    /// resident prefixes and their pages against the reference.
+    fn check_against(idx: &PrefixIndex, pool: &PagePool, reference: &Reference, held: &[Held], labels: &Labels, step: &str) {
+        if let Err(e) = idx.check(pool) {
+            panic!("after {step}: {e}");
+        }
+        let mut h = vec![0; pool.total()];
+        idx.count_holders(&mut h);
+        for s in held {
+            for &p in &s.pages {
+                h[p as usize] += 1;
+            }
+        }
+        pool.audit(&h).unwrap_or_else(|e| panic!("after {step}: {e}"));
+        let want = reference.leaves();
+        let paths = idx.paths();
+        let got: Vec<(String, Vec<u32>)> = paths.iter().map(|(s, t, _)| (s.clone(), t.clone())).collect();
+        assert_eq!(got, want, "after {step}: the resident sequences, most recent first");
+        for (salt, tokens, pages) in &paths {
+            assert_eq!(pages.len(), tokens.len().div_ceil(PS), "after {step}");
+            for (i, p) in pages.iter().enumerate() {
+                let end = ((i + 1) * PS).min(tokens.len());
+                assert_eq!(labels.get(p), Some(&(salt.clone(), tokens[..end].to_vec())), "after {step}: page {p} of {salt:?} {tokens:?}");
+            }
+        }
+        let residents = idx.residents();
+        let summary: Vec<(String, usize, usize)> = residents.iter().map(|r| (r.salt.clone(), r.tokens, r.pages)).collect();
+        let expect: Vec<(String, usize, usize)> = want.iter().map(|(s, t)| (s.clone(), t.len(), t.len().div_ceil(PS))).collect();
+        assert_eq!(summary, expect, "after {step}: residents()");
+        let salts: std::collections::HashSet<&String> = reference.keys.keys().map(|(s, _)| s).collect();
+        assert_eq!(idx.roots.len(), salts.len(), "after {step}: one root per salt with something resident");
+        let unheld = reference.keys.keys().filter(|k| !held.iter().any(|s| s.keys.contains(k))).count();
+        assert_eq!(idx.evictable(pool), unheld, "after {step}: evictable pages");
+    }
+
+    /// A lookup, checked against the reference: the longest resident prefix, the divergence, and
+    /// pages holding exactly the matched tokens' K/V.
+    fn checked_lookup(idx: &mut PrefixIndex, reference: &mut Reference, labels: &Labels, salt: &str, prompt: &[u32], step: &str) -> Match {
+        let m = idx.lookup(salt, prompt);
+        let (matched, diverges) = reference.lookup(salt, prompt);
+        assert_eq!(m.tokens(PS), matched, "{step}: match of {prompt:?} under {salt:?}");
+        for (i, p) in m.full_pages.iter().enumerate() {
+            assert_eq!(labels.get(p), Some(&(salt.to_string(), prompt[..(i + 1) * PS].to_vec())), "{step}: full page {i}");
+        }
+        if let Some((p, n)) = m.partial {
+            let upto = m.full_pages.len() * PS + n;
+            let (s, t) = &labels[&p];
+            assert!(s == salt && t.len() >= upto && t[..upto] == prompt[..upto], "{step}: partial page {p} holds {t:?}");
+        }
+        assert_eq!(m.divergence.is_some(), diverges, "{step}: divergence of {prompt:?}: {:?}", m.divergence);
+        if let Some(d) = &m.divergence {
+            assert_eq!(d.token, matched, "{step}");
+            assert!(!d.resident.is_empty() && d.resident[0] != prompt[matched], "{step}: {d:?}");
+            let spelled = reference.keys.keys().any(|(s, k)| s == salt && k.len() >= matched + d.resident.len() && k[..matched] == prompt[..matched] && k[matched..matched + d.resident.len()] == d.resident[..]);
+            assert!(spelled, "{step}: the resident tail {:?} is no resident sequence's", d.resident);
+        }
+        m
+    }
+
+    /// One request as the engine runs it: look up, share the matched full pages (possibly fewer,
+    /// as a request that must recompute its last token does), fresh pages for the rest, index,
+    /// end.
+    fn request(idx: &mut PrefixIndex, pool: &mut PagePool, reference: &mut Reference, labels: &mut Labels, salt: &str, tokens: &[u32], limit: bool, step: &str) {
+        let mut m = checked_lookup(idx, reference, labels, salt, tokens, step);
+        if limit && !tokens.is_empty() {
+            m.limit(tokens.len() - 1, PS);
+        }
+        let mut pages = m.full_pages.clone();
+        for &p in &pages {
+            pool.retain(p).unwrap();
+        }
+        while pages.len() < tokens.len().div_ceil(PS) {
+            let p = pool.alloc().expect("the test pool is large enough");
+            let end = ((pages.len() + 1) * PS).min(tokens.len());
+            labels.insert(p, (salt.to_string(), tokens[..end].to_vec()));
+            pages.push(p);
+        }
+        idx.insert(pool, salt, tokens, &pages).unwrap_or_else(|e| panic!("{step}: {e}"));
+        reference.insert(salt, tokens);
+        drop_seq(pool, &pages);
+    }
+
+    /// Random operations on the index and the reference side by side: requests (shorter than a
+    /// page, exactly a page, extensions, exact repeats, divergences, empty ones under new salts),
+    /// lookups, running sequences holding pages, evictions, clears, salts, and a save and
+    /// restore; after each one every check of `check_against`.
+    #[test]
+    fn the_index_agrees_with_a_plain_reference_under_random_operations() {
+        for seed in 0..150u64 {
+            let mut rng = Rng(seed);
+            let mut pool = PagePool::new(1 << 14);
+            let mut idx = PrefixIndex::new(PS);
+            let mut reference = Reference::default();
+            let mut held: Vec<Held> = Vec::new();
+            let mut labels: Labels = HashMap::new();
+            let mut fresh_salts = 0;
+            for op in 0..250 {
+                let salt = match rng.below(8) {
+                    0 => {
+                        fresh_salts += 1;
+                        format!("fresh{fresh_salts}")
+                    }
+                    1 | 2 => "a".to_string(),
+                    3 => "b".to_string(),
+                    _ => String::new(),
+                };
+                let leaves = reference.leaves();
+                let mine: Vec<&Vec<u32>> = leaves.iter().filter(|(s, _)| *s == salt).map(|(_, t)| t).collect();
+                let some_leaf = |rng: &mut Rng| if mine.is_empty() { Vec::new() } else { mine[rng.below(mine.len())].clone() };
+                let choice = rng.below(100);
+                let step = format!("seed {seed} op {op} ({choice})");
+                match choice {
+                    0..=39 => {
+                        let tokens = match rng.below(6) {
+                            0 => {
+                                let n = 1 + rng.below(PS - 1);
+                                random(&mut rng, n)
+                            }
+                            1 => random(&mut rng, PS),
+                            2 => {
+                                let mut t = some_leaf(&mut rng);
+                                let n = 1 + rng.below(2 * PS);
+                                t.extend(random(&mut rng, n));
+                                t
+                            }
+                            3 => {
+                                let t = some_leaf(&mut rng);
+                                let keep = if t.is_empty() { 0 } else { 1 + rng.below(t.len()) };
+                                t[..keep].to_vec()
+                            }
+                            4 => {
+                                let mut t = some_leaf(&mut rng);
+                                t.truncate(rng.below(t.len() + 1));
+                                let n = 1 + rng.below(3 * PS);
+                                t.extend(random(&mut rng, n));
+                                t
+                            }
+                            _ => Vec::new(), // aborted before its prefill
+                        };
+                        let limit = rng.below(2) == 0;
+                        request(&mut idx, &mut pool, &mut reference, &mut labels, &salt, &tokens, limit, &step);
+                    }
+                    40..=59 => {
+                        let mut q = some_leaf(&mut rng);
+                        q.truncate(rng.below(q.len() + 1));
+                        let n = rng.below(2 * PS);
+                        q.extend(random(&mut rng, n));
+                        if !q.is_empty() {
+                            checked_lookup(&mut idx, &mut reference, &labels, &salt, &q, &step);
+                        }
+                    }
+                    60..=69 => {
+                        let q = some_leaf(&mut rng);
+                        if !q.is_empty() {
+                            let m = checked_lookup(&mut idx, &mut reference, &labels, &salt, &q, &step);
+                            for &p in &m.full_pages {
+                                pool.retain(p).unwrap();
+                            }
+                            let keys = (1..=m.full_pages.len()).map(|i| (salt.clone(), q[..i * PS].to_vec())).collect();
+                            held.push(Held { pages: m.full_pages, keys });
+                        }
+                    }
+                    70..=77 => {
+                        if !held.is_empty() {
+                            let s = held.swap_remove(rng.below(held.len()));
+                            drop_seq(&mut pool, &s.pages);
+                        }
+                    }
+                    78..=91 => {
+                        let need = 1 + rng.below(6);
+                        let keys: Vec<(String, Vec<u32>)> = held.iter().flat_map(|s| s.keys.iter().cloned()).collect();
+                        let want = reference.evict(need, &keys);
+                        assert_eq!(idx.evict(&mut pool, need).unwrap(), want, "{step}: pages evicted");
+                    }
+                    92..=93 => {
+                        idx.clear(&mut pool).unwrap();
+                        reference = Reference { clock: reference.clock, ..Reference::default() };
+                        held.iter_mut().for_each(|s| s.keys.clear());
+                    }
+                    _ => {
+                        // Save, forget, restore into fresh pages (least recent first, as
+                        // Engine::restore_cache does); the same resident sequences come back.
+                        let saved = idx.paths();
+                        idx.clear(&mut pool).unwrap();
+                        reference = Reference { clock: reference.clock, ..Reference::default() };
+                        held.iter_mut().for_each(|s| s.keys.clear());
+                        let old = labels.clone(); // the freed pages are allocated again below
+                        let mut moved: HashMap<u32, u32> = HashMap::new();
+                        let mut mine = Vec::new();
+                        for (salt, tokens, pages) in saved.iter().rev() {
+                            let new: Vec<u32> = pages
+                                .iter()
+                                .map(|&p| {
+                                    *moved.entry(p).or_insert_with(|| {
+                                        let q = pool.alloc().unwrap();
+                                        labels.insert(q, old[&p].clone());
+                                        mine.push(q);
+                                        q
+                                    })
+                                })
+                                .collect();
+                            idx.insert(&mut pool, salt, tokens, &new).unwrap();
+                            reference.insert(salt, tokens);
+                        }
+                        drop_seq(&mut pool, &mine);
+                        let back: Vec<(String, Vec<u32>)> = idx.paths().into_iter().map(|(s, t, _)| (s, t)).collect();
+                        let before: Vec<(String, Vec<u32>)> = saved.into_iter().map(|(s, t, _)| (s, t)).collect();
+                        assert_eq!(back, before, "{step}: a restore gives back what was saved, in its order");
+                    }
+                }
+                check_against(&idx, &pool, &reference, &held, &labels, &step);
+            }
+            for s in held.drain(..) {
+                drop_seq(&mut pool, &s.pages);
+            }
+            idx.clear(&mut pool).unwrap();
+            assert_eq!(pool.used(), 0, "seed {seed}: no page leaks");
+        }
+    }
+
+    /// The sequence from the report: a prompt shorter than a page, then the same prompt grown
+    /// past a page (its first page supersedes the partial one, the root's only child), then the
+    /// same again: the third finds it, and the index stays whole.
+    #[test]
+    fn a_partial_root_child_superseded_keeps_its_salt() {
+        let mut pool = PagePool::new(64);
+        let mut idx = PrefixIndex::new(PS);
+        let mut reference = Reference::default();
+        let mut labels = Labels::new();
+        let short: Vec<u32> = (0..3).collect();
+        let long: Vec<u32> = (0..7).collect();
+        request(&mut idx, &mut pool, &mut reference, &mut labels, "", &short, false, "first");
+        check_against(&idx, &pool, &reference, &[], &labels, "first");
+        request(&mut idx, &mut pool, &mut reference, &mut labels, "", &long, true, "second");
+        check_against(&idx, &pool, &reference, &[], &labels, "second");
+        let m = checked_lookup(&mut idx, &mut reference, &labels, "", &long, "third");
+        assert_eq!(m.tokens(PS), 7);
+        assert_eq!(idx.evict(&mut pool, 10).unwrap(), 2, "both pages can go");
+        assert!(idx.roots.is_empty(), "and the emptied root goes with them");
+        check_against(&idx, &pool, &Reference::default(), &[], &labels, "evicted");
+    }
+
+    /// A request that ends before anything was computed leaves no root behind, whatever its salt.
+    #[test]
+    fn empty_requests_under_new_salts_leave_nothing() {
+        let mut pool = PagePool::new(8);
+        let mut idx = PrefixIndex::new(PS);
+        for i in 0..100 {
+            idx.insert(&mut pool, &format!("salt{i}"), &[], &[]).unwrap();
+        }
+        assert!(idx.roots.is_empty() && idx.nodes.is_empty(), "{} roots", idx.roots.len());
     }
 }
