@@ -294,3 +294,36 @@ async fn sampling_from_the_top() {
         assert!(from_top > 0, "{sampling:?}: {from_row} draws all read the row");
     }
 }
+
+gpu_test!(a_prompt_shorter_than_a_page_keeps_hitting_and_the_cache_reports, short_prompt_keeps_hitting);
+
+/// The report's three requests (`{"system": "", "user": "hi"}`, `max_tokens` 0, 8, 8) with a
+/// prompt shorter than one page: the second request's answer grows it past a page, whose first
+/// page supersedes the partial one. The third request still reuses the prompt, and the cache's
+/// stats, audit, save and restore all return.
+async fn short_prompt_keeps_hitting() {
+    let msgs = vec![Message::new("system", ""), Message::new("user", "hi")];
+    let n = tiny(EngineOptions::default()).await.encode_chat(&msgs).unwrap().len();
+    let page = n + 2;
+    let opts = EngineOptions { context: Some(256), kv_budget_mb: Some(1.0), page_size: page, ..EngineOptions::default() };
+    let mut e = tiny(opts.clone()).await;
+    let first = e.chat(&ChatRequest::new(msgs.clone(), 0), |_| {}).await.unwrap();
+    assert_eq!(first.usage.prompt_tokens, n);
+    let second = e.chat(&ChatRequest::new(msgs.clone(), 8), |_| {}).await.unwrap();
+    assert_eq!(second.usage.prompt_tokens_details.cached_tokens, n - 1, "the second request reuses the prewarmed prompt");
+    assert!(n + second.tokens.len() > page + 1, "the answer ({} tokens) grows the {n}-token prompt past a page of {page}", second.tokens.len());
+    let third = e.chat(&ChatRequest::new(msgs.clone(), 8), |_| {}).await.unwrap();
+    assert_eq!(third.usage.prompt_tokens_details.cached_tokens, n - 1, "the third request reuses the prompt too");
+    assert_eq!(third.tokens, second.tokens);
+    let stats = e.cache_stats();
+    assert_eq!(stats.prefixes.len(), 1, "{:?}", stats.prefixes);
+    assert!(stats.prefixes[0].tokens > page, "{:?}", stats.prefixes);
+    e.audit_cache().unwrap();
+    let file = e.save_cache("tiny").await.unwrap();
+    let mut restored = tiny(opts).await;
+    let r = restored.restore_cache(&file, "tiny").await.unwrap();
+    assert_eq!((r.prefixes, r.tokens), (1, stats.prefixes[0].tokens), "{r:?}");
+    let fourth = restored.chat(&ChatRequest::new(msgs, 8), |_| {}).await.unwrap();
+    assert_eq!((fourth.usage.prompt_tokens_details.cached_tokens, fourth.tokens), (n - 1, second.tokens));
+    restored.audit_cache().unwrap();
+}
