@@ -34,50 +34,125 @@ impl Stop {
     }
 }
 
-fn default_max_tokens() -> usize {
-    256
-}
+/// Most stop strings a request may give (OpenAI allows 4).
+pub const MAX_STOPS: usize = 16;
+/// Most characters in one stop string.
+pub const MAX_STOP_CHARS: usize = 256;
 
-/// One chat completion request, OpenAI-shaped. Unknown fields (`model`, `stream`, …) are ignored.
+/// One chat completion request, OpenAI-shaped. Every field but `messages` may be absent or
+/// `null` (its default); a field hotprefix does not implement (`tools`, `response_format`,
+/// `logprobs`, `user`, …) is refused with [`Error::InvalidArgument`] naming it, never ignored.
 /// `temperature` defaults to 0 (greedy), unlike OpenAI's 1: answers are then reproducible, which
 /// is what a cache demo and tests want.
 #[derive(Clone, Debug, Deserialize)]
+#[serde(try_from = "WireRequest")]
 pub struct ChatRequest {
     /// The conversation, oldest message first; must not be empty.
     pub messages: Vec<Message>,
-    /// Tokens to generate at most; 0 computes the prompt's K/V and keeps it resident (prewarm).
-    #[serde(default = "default_max_tokens", alias = "max_completion_tokens")]
+    /// Tokens to generate at most (`max_tokens` or `max_completion_tokens`; 256 by default); 0
+    /// computes the prompt's K/V and keeps it resident (prewarm).
     pub max_tokens: usize,
     /// Softmax temperature; 0 (the default) is greedy. Must be finite and ≥ 0.
-    #[serde(default)]
     pub temperature: f32,
     /// Keep only the `top_k` most likely tokens; 0 (the default) turns it off.
-    #[serde(default)]
     pub top_k: usize,
     /// Keep the smallest set of most likely tokens whose probability adds up to at least `top_p`;
     /// must be in (0, 1], 1 (the default) turns it off.
-    #[serde(default = "one")]
     pub top_p: f32,
     /// llama.cpp-style penalty for the last 64 tokens of prompt and completion; must be finite
     /// and > 0, 1 (the default) turns it off.
-    #[serde(default = "one")]
     pub repetition_penalty: f32,
+    /// OpenAI's frequency penalty, in [-2, 2]: each token's logit is lowered by this times the
+    /// number of times it already appears in the completion. 0 (the default) turns it off.
+    pub frequency_penalty: f32,
+    /// OpenAI's presence penalty, in [-2, 2]: the logit of each token that already appears in the
+    /// completion is lowered by this. 0 (the default) turns it off.
+    pub presence_penalty: f32,
     /// Seed of the sampler's generator (0 by default): the same request and seed give the same
     /// answer.
-    #[serde(default)]
     pub seed: u64,
     /// Generation stops before the first occurrence of any of these strings, which is not part
-    /// of the text.
-    #[serde(default)]
+    /// of the text: at most [`MAX_STOPS`], each of 1 to [`MAX_STOP_CHARS`] characters.
     pub stop: Stop,
     /// Prefixes are shared only between requests with the same salt (vLLM's `cache_salt`).
-    #[serde(default)]
     pub cache_salt: Option<String>,
+    /// The caller's name for the model (OpenAI's `model`): accepted and not checked, since an
+    /// engine runs one model; the npm package echoes it in its results.
+    pub model: Option<String>,
 }
 
-fn one() -> f32 {
-    1.0
+/// The request as it arrives: every optional field may be `null`, and unknown fields are
+/// refused by name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireRequest {
+    messages: Vec<Message>,
+    max_tokens: Option<usize>,
+    max_completion_tokens: Option<usize>,
+    temperature: Option<f32>,
+    top_k: Option<usize>,
+    top_p: Option<f32>,
+    repetition_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    seed: Option<u64>,
+    stop: Option<Stop>,
+    cache_salt: Option<String>,
+    model: Option<String>,
+    /// Only 1: one answer a request.
+    n: Option<u64>,
+    /// Only `false`: results come whole (the npm package streams on its own side).
+    stream: Option<bool>,
 }
+
+impl TryFrom<WireRequest> for ChatRequest {
+    type Error = String;
+
+    fn try_from(w: WireRequest) -> std::result::Result<ChatRequest, String> {
+        if w.messages.is_empty() {
+            return Err("no messages".into());
+        }
+        if w.n.is_some_and(|n| n != 1) {
+            return Err("n must be 1".into());
+        }
+        if w.stream == Some(true) {
+            return Err("stream: true is not supported here (results come whole; the npm package streams)".into());
+        }
+        let max_tokens = match (w.max_tokens, w.max_completion_tokens) {
+            (Some(a), Some(b)) if a != b => return Err(format!("max_tokens ({a}) and max_completion_tokens ({b}) disagree")),
+            (a, b) => a.or(b).unwrap_or(DEFAULT_MAX_TOKENS),
+        };
+        let stop = w.stop.unwrap_or_default();
+        let stops = stop.to_vec();
+        if stops.len() > MAX_STOPS {
+            return Err(format!("stop: {} strings, at most {MAX_STOPS}", stops.len()));
+        }
+        if let Some((i, s)) = stops.iter().enumerate().find(|(_, s)| s.is_empty() || s.chars().count() > MAX_STOP_CHARS) {
+            return Err(format!("stop[{i}]: {} characters, 1 to {MAX_STOP_CHARS} allowed", s.chars().count()));
+        }
+        let r = ChatRequest {
+            messages: w.messages,
+            max_tokens,
+            temperature: w.temperature.unwrap_or(0.0),
+            top_k: w.top_k.unwrap_or(0),
+            top_p: w.top_p.unwrap_or(1.0),
+            repetition_penalty: w.repetition_penalty.unwrap_or(1.0),
+            frequency_penalty: w.frequency_penalty.unwrap_or(0.0),
+            presence_penalty: w.presence_penalty.unwrap_or(0.0),
+            seed: w.seed.unwrap_or(0),
+            stop,
+            cache_salt: w.cache_salt,
+            model: w.model,
+        };
+        r.sampling().validate().map_err(|e| match e {
+            Error::InvalidArgument(m) => m,
+            other => other.to_string(),
+        })?;
+        Ok(r)
+    }
+}
+
+const DEFAULT_MAX_TOKENS: usize = 256;
 
 impl ChatRequest {
     /// A greedy request for `messages`.
@@ -89,19 +164,27 @@ impl ChatRequest {
             top_k: 0,
             top_p: 1.0,
             repetition_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
             seed: 0,
             stop: Stop::None,
             cache_salt: None,
+            model: None,
         }
     }
 
-    /// Parses one JSON request (one line of `hotprefix session`).
+    /// Parses and checks one JSON request (one line of `hotprefix session`). Every error is an
+    /// [`Error::InvalidArgument`] that says which field is wrong.
     pub fn from_json(text: &str) -> Result<ChatRequest> {
-        let r: ChatRequest = serde_json::from_str(text).map_err(|e| Error::InvalidArgument(format!("request: {e}")))?;
-        if r.messages.is_empty() {
-            return Err(Error::InvalidArgument("request: no messages".into()));
-        }
-        Ok(r)
+        serde_json::from_str(text).map_err(|e| {
+            let m = e.to_string();
+            // serde names the field and lists every one it knows; the list is noise here.
+            let m = match m.find(", expected one of") {
+                Some(cut) if m.starts_with("unknown field") => format!("{}: hotprefix does not implement it{}", &m[..cut], &m[m.rfind(" at line").unwrap_or(m.len())..]),
+                _ => m,
+            };
+            Error::InvalidArgument(format!("request: {m}"))
+        })
     }
 
     /// The request's sampling parameters (the penalty window, `repeat_last_n`, at its default).
@@ -111,6 +194,8 @@ impl ChatRequest {
             top_k: self.top_k,
             top_p: self.top_p,
             repetition_penalty: self.repetition_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
             seed: self.seed,
             ..SamplingParams::default()
         }
@@ -216,4 +301,71 @@ pub struct ChatResult {
 /// result's place): `{"error": {"type": "ContextFullError", "message": "…"}}`.
 pub fn error_json(e: &Error) -> serde_json::Value {
     serde_json::json!({ "error": { "type": e.name(), "message": e.to_string() } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(json: &str) -> String {
+        match ChatRequest::from_json(json) {
+            Err(Error::InvalidArgument(m)) => m,
+            other => panic!("{json}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    const HI: &str = r#""messages":[{"role":"user","content":"hi"}]"#;
+
+    #[test]
+    fn unknown_fields_are_refused_by_name() {
+        for field in ["response_format", "tools", "tool_choice", "logprobs", "user", "logit_bias"] {
+            let m = refused(&format!(r#"{{{HI},"{field}":{{}}}}"#));
+            assert!(m.contains(&format!("`{field}`")) && m.contains("does not implement"), "{m}");
+        }
+        let m = refused(r#"{"messages":[{"role":"user","content":"hi","tool_calls":[]}]}"#);
+        assert!(m.contains("`tool_calls`"), "{m}");
+    }
+
+    #[test]
+    fn null_is_the_default_and_openai_fields_are_read() {
+        let r = ChatRequest::from_json(&format!(
+            r#"{{{HI},"temperature":null,"top_p":null,"max_tokens":null,"stop":null,"seed":null,"model":"m","n":1,"stream":false}}"#
+        ))
+        .unwrap();
+        assert_eq!((r.temperature, r.top_p, r.max_tokens, r.seed, r.model.as_deref()), (0.0, 1.0, 256, 0, Some("m")));
+        let r = ChatRequest::from_json(&format!(r#"{{{HI},"max_completion_tokens":7,"frequency_penalty":0.5,"presence_penalty":-1}}"#)).unwrap();
+        assert_eq!((r.max_tokens, r.frequency_penalty, r.presence_penalty), (7, 0.5, -1.0));
+        let r = ChatRequest::from_json(r#"{"messages":[{"role":"user","content":"hi","name":"ann","pinned":true}]}"#).unwrap();
+        assert_eq!((r.messages[0].name.as_deref(), r.messages[0].pinned), (Some("ann"), true));
+    }
+
+    #[test]
+    fn out_of_range_fields_name_themselves() {
+        for (json, says) in [
+            (r#""temperature":-1"#, "temperature"),
+            (r#""top_p":0"#, "top_p"),
+            (r#""frequency_penalty":2.5"#, "frequency_penalty"),
+            (r#""presence_penalty":-3"#, "presence_penalty"),
+            (r#""repetition_penalty":0"#, "repetition_penalty"),
+            (r#""n":2"#, "n must be 1"),
+            (r#""stream":true"#, "stream"),
+            (r#""max_tokens":3,"max_completion_tokens":4"#, "disagree"),
+            (r#""stop":"""#, "stop[0]"),
+        ] {
+            let m = refused(&format!("{{{HI},{json}}}"));
+            assert!(m.contains(says), "{json}: {m}");
+        }
+        assert!(refused(r#"{"messages":[]}"#).contains("no messages"));
+    }
+
+    #[test]
+    fn stop_strings_are_bounded() {
+        let many: Vec<String> = (0..MAX_STOPS).map(|i| format!("s{i}")).collect();
+        assert!(ChatRequest::from_json(&format!(r#"{{{HI},"stop":{}}}"#, serde_json::to_string(&many).unwrap())).is_ok());
+        let too_many: Vec<String> = (0..=MAX_STOPS).map(|i| format!("s{i}")).collect();
+        assert!(refused(&format!(r#"{{{HI},"stop":{}}}"#, serde_json::to_string(&too_many).unwrap())).contains("at most 16"));
+        let long = "é".repeat(MAX_STOP_CHARS);
+        assert!(ChatRequest::from_json(&format!(r#"{{{HI},"stop":"{long}"}}"#)).is_ok(), "256 characters (512 bytes) are allowed");
+        assert!(refused(&format!(r#"{{{HI},"stop":["a","{long}é"]}}"#)).contains("stop[1]: 257 characters"));
+    }
 }

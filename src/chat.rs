@@ -72,13 +72,18 @@ fn jinja_err(what: &str, e: minijinja::Error) -> Error {
 
 /// One chat message. `role` is `"system"`, `"user"` or `"assistant"`. A `pinned` message (a
 /// document, say) is never dropped when the conversation overflows the context window; system
-/// messages never are either.
+/// messages never are either. A field hotprefix does not know is refused by name.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Message {
     /// `"system"`, `"user"` or `"assistant"`.
     pub role: String,
     /// The message's text, encoded as plain text (never as control tokens).
     pub content: String,
+    /// The author's name (OpenAI's `name`), for templates that render it (encoded as plain text
+    /// too); a request whose template does not use it is refused rather than losing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Never dropped by head truncation; omitted from the JSON when `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pinned: bool,
@@ -87,7 +92,12 @@ pub struct Message {
 impl Message {
     /// A message with the given role and content.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: content.into(), pinned: false }
+        Message { role: role.into(), content: content.into(), name: None, pinned: false }
+    }
+
+    /// The same message, with its author's name.
+    pub fn named(self, name: impl Into<String>) -> Self {
+        Message { name: Some(name.into()), ..self }
     }
 
     /// The same message, pinned.

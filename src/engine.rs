@@ -19,6 +19,9 @@ use crate::gguf::Gguf;
 use crate::gpu::Gpu;
 use crate::kv::{self, KvCache, Sequence};
 
+/// Most bytes of KV pages [`Engine::save_cache_to`] reads back and hands over at once.
+pub const SAVE_BATCH_BYTES: u64 = 8 << 20;
+
 /// Greedy steps queued on the GPU per CPU–GPU wait (`Model::decode_greedy`). Steps past an
 /// end-of-turn are wasted, so not more: 1/8 of a wait a token already hides the round trip.
 const DECODE_AHEAD: usize = 8;
@@ -192,6 +195,16 @@ pub struct Encoded {
     pub contents: Vec<std::ops::Range<usize>>,
 }
 
+/// The markers a message's fields are rendered as (`CONTENT` or `NAME`, the message's index,
+/// `END`): private-use characters, so that no template writes them itself.
+const CONTENT: char = '\u{E000}';
+const NAME: char = '\u{E002}';
+const END: char = '\u{E001}';
+
+fn marker(kind: char, i: usize) -> String {
+    format!("{kind}{i}{END}")
+}
+
 /// A loaded model with its resident prompt cache, ready to generate.
 pub struct Engine {
     pub(crate) gpu: Gpu,
@@ -279,24 +292,43 @@ impl Engine {
     /// [`Self::encode_chat`], also saying where each message's content lies in the tokens.
     pub fn encode_messages(&self, messages: &[Message]) -> Result<Encoded> {
         let template = self.template.as_ref().ok_or_else(|| Error::Template("the model has no chat template".into()))?;
-        // Render with a unique marker in place of each content, then encode the template's text
-        // with control tokens recognised and each content as plain text.
-        let marker = |i: usize| format!("\u{E000}{i}\u{E001}");
-        let marked: Vec<Message> = messages.iter().enumerate().map(|(i, m)| Message::new(m.role.clone(), marker(i))).collect();
+        // Render with a unique marker in place of each content and name, then encode the
+        // template's text with control tokens recognised and each field as plain text.
+        let marked: Vec<Message> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Message { role: m.role.clone(), content: marker(CONTENT, i), name: m.name.as_ref().map(|_| marker(NAME, i)), pinned: false })
+            .collect();
         let rendered = template.render(&marked, true)?;
         let mut ids = Vec::new();
-        let mut contents = Vec::with_capacity(messages.len());
+        let mut contents: Vec<Option<std::ops::Range<usize>>> = vec![None; messages.len()];
+        let mut named = vec![false; messages.len()];
         let mut rest = rendered.as_str();
-        for (i, m) in messages.iter().enumerate() {
-            let mk = marker(i);
-            let at = rest.find(&mk).ok_or_else(|| Error::Template(format!("the chat template altered message {i}'s content")))?;
+        while let Some(at) = rest.find([CONTENT, NAME]) {
             ids.extend(self.tokenizer.encode_with_special(&rest[..at])?);
+            let kind = rest[at..].chars().next().unwrap_or(CONTENT);
+            let tail = &rest[at + kind.len_utf8()..];
+            let end = tail.find(END).ok_or_else(|| Error::Template("the chat template cut a message's field short".into()))?;
+            let i: usize = tail[..end].parse().ok().filter(|&i| i < messages.len()).ok_or_else(|| Error::Template("the chat template altered a message's field".into()))?;
             let start = ids.len();
-            ids.extend(self.tokenizer.encode_text(&m.content)?);
-            contents.push(start..ids.len());
-            rest = &rest[at + mk.len()..];
+            if kind == CONTENT {
+                ids.extend(self.tokenizer.encode_text(&messages[i].content)?);
+                contents[i].get_or_insert(start..ids.len());
+            } else {
+                ids.extend(self.tokenizer.encode_text(messages[i].name.as_deref().unwrap_or(""))?);
+                named[i] = true;
+            }
+            rest = &tail[end + END.len_utf8()..];
         }
         ids.extend(self.tokenizer.encode_with_special(rest)?);
+        if let Some(i) = (0..messages.len()).find(|&i| messages[i].name.is_some() && !named[i]) {
+            return Err(Error::InvalidArgument(format!("messages[{i}].name: this model's chat template does not use names, so it would be lost")));
+        }
+        let mut contents = contents
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.ok_or_else(|| Error::Template(format!("the chat template altered message {i}'s content"))))
+            .collect::<Result<Vec<_>>>()?;
         // `tokenizer.ggml.add_bos_token`: the model was trained with BOS first. Templates that
         // write it themselves already start with it; the others get it here.
         if let (true, Some(bos)) = (self.tokenizer.add_bos(), self.tokenizer.bos_id()) {
@@ -399,17 +431,36 @@ impl Engine {
     /// Generates from `prompt` over the resident cache, calling `on_text` with each piece of
     /// decoded text as it becomes final (valid UTF-8, never part of a stop string). The prompt's
     /// K/V, and the completion's, stay resident for later requests with the same salt.
-    pub async fn generate(&mut self, prompt: &[u32], params: &GenerateParams, mut on_text: impl FnMut(&str)) -> Result<Generation> {
+    ///
+    /// A page-accounting fault ([`Error::CacheCorrupt`], a bug) clears the cache before it is
+    /// returned, and its message says so: later requests run cold instead of failing too.
+    pub async fn generate(&mut self, prompt: &[u32], params: &GenerateParams, on_text: impl FnMut(&str)) -> Result<Generation> {
+        let r = self.generate_over_cache(prompt, params, on_text).await;
+        self.recover(r)
+    }
+
+    /// After a [`Error::CacheCorrupt`]: the cache is rebuilt from scratch ([`Self::clear_cache`])
+    /// and the error says so.
+    fn recover<T>(&mut self, r: Result<T>) -> Result<T> {
+        match r {
+            Err(Error::CacheCorrupt(m)) => {
+                self.clear_cache();
+                Err(Error::CacheCorrupt(format!("{m}; the cache was cleared and rebuilt, so later requests start cold")))
+            }
+            r => r,
+        }
+    }
+
+    async fn generate_over_cache(&mut self, prompt: &[u32], params: &GenerateParams, mut on_text: impl FnMut(&str)) -> Result<Generation> {
         let mut sampler = Sampler::new(params.sampling.clone())?;
+        sampler.set_prompt_len(prompt.len());
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("empty prompt".into()));
         }
         if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= self.model.cfg.vocab) {
             return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {}", self.model.cfg.vocab)));
         }
-        if params.stop.iter().any(|s| s.is_empty()) {
-            return Err(Error::InvalidArgument("empty stop string".into()));
-        }
+        let mut stops = StopMatcher::new(&params.stop)?;
         let needed = prompt.len().saturating_add(params.max_tokens);
         if needed > self.context_size() {
             return Err(Error::ContextFull { needed, capacity: self.context_size() });
@@ -466,7 +517,7 @@ impl Engine {
             t_first = now_ms();
             let mut emitted = 0;
             let mut dec = StreamDecoder::new();
-            let hold = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
+            let hold = stops.longest;
             // Greedy tokens decoded ahead on the GPU, not yet looked at (their steps are in `seq`).
             let mut ahead = std::collections::VecDeque::new();
             while out.len() < params.max_tokens {
@@ -477,7 +528,7 @@ impl Engine {
                 out.push(next);
                 recent.push(next);
                 text.push_str(&dec.push(&self.tokenizer, next));
-                if let Some(cut) = params.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
+                if let Some(cut) = stops.find(&text) {
                     text.truncate(cut);
                     finish = Finish::Stop;
                     break;
@@ -506,7 +557,7 @@ impl Engine {
                 next = match ahead.pop_front() {
                     Some(id) if id as usize >= self.model.cfg.vocab => {
                         // The GPU argmax answers u32::MAX when every logit is NaN.
-                        return Err(Error::InvalidArgument("no finite logit to pick from (all NaN)".into()));
+                        return Err(Error::Numerics("every logit of the row is NaN".into()));
                     }
                     Some(id) => id,
                     None => {
@@ -611,7 +662,7 @@ impl Engine {
                 .first()
                 .copied()
                 .filter(|&id| (id as usize) < self.model.cfg.vocab)
-                .ok_or_else(|| Error::InvalidArgument("no finite logit to pick from (all NaN)".into()));
+                .ok_or_else(|| Error::Numerics("every logit of the row is NaN".into()));
         }
         if self.top_sampling {
             let temperature = sampler.params().temperature;
@@ -708,8 +759,26 @@ impl Engine {
 
     /// Every resident prefix (salt, token ids) and its KV pages as a saved-cache file
     /// (`persist`); `model` names the model file (the browser package passes its sha256), and a
-    /// restore checks it. Pages shared by several prefixes are saved once.
+    /// restore checks it. Pages shared by several prefixes are saved once. The whole file in
+    /// memory: [`Self::save_cache_to`] streams it instead.
     pub async fn save_cache(&self, model: &str) -> Result<Vec<u8>> {
+        let out = std::cell::RefCell::new(Vec::new());
+        self.save_cache_to(model, |chunk| {
+            out.borrow_mut().extend_from_slice(&chunk);
+            std::future::ready(Ok(()))
+        })
+        .await?;
+        Ok(out.into_inner())
+    }
+
+    /// [`Self::save_cache`], handing the file to `write` in order, a chunk at a time: the header,
+    /// then the pages in batches of at most [`SAVE_BATCH_BYTES`], then the checksum. Memory
+    /// beyond the header is one batch, whatever the cache's size. Returns the file's length.
+    pub async fn save_cache_to<F, W>(&self, model: &str, mut write: W) -> Result<u64>
+    where
+        W: FnMut(Vec<u8>) -> F,
+        F: std::future::Future<Output = Result<()>>,
+    {
         let mut slot: HashMap<u32, u32> = HashMap::new();
         let mut order: Vec<u32> = Vec::new();
         let prefixes: Vec<persist::SavedPrefix> = self
@@ -729,21 +798,58 @@ impl Engine {
                 persist::SavedPrefix { salt, tokens, pages }
             })
             .collect();
-        let data = self.kv.read_pages(&self.gpu, &order).await?;
         let header = persist::Header { version: persist::LAYOUT_VERSION, shape: self.cache_shape(model), pages: order.len() as u32, prefixes };
-        persist::encode(&header, &data)
+        let head = persist::head(&header)?;
+        let mut crc = crc32fast::Hasher::new();
+        let mut len = head.len() as u64;
+        crc.update(&head);
+        write(head).await?;
+        let batch = (SAVE_BATCH_BYTES / self.kv.page_bytes().max(1)).max(1) as usize;
+        for pages in order.chunks(batch) {
+            let data = self.kv.read_pages(&self.gpu, pages).await?;
+            crc.update(&data);
+            len += data.len() as u64;
+            write(data).await?;
+        }
+        write(crc.finalize().to_le_bytes().to_vec()).await?;
+        Ok(len + 4)
     }
 
     /// Makes the prefixes of a saved-cache file ([`Self::save_cache`]) resident again, most
     /// recently used first, as many as free and evictable pages hold. A file for another model,
     /// shape or layout version, or a corrupt one, is refused with [`Error::CacheFile`] and nothing
-    /// changes.
+    /// changes. All or nothing: a restore that fails later (the GPU, the page accounting) makes
+    /// none of the file's prefixes resident; only the idle prefixes it evicted to make room for
+    /// them stay evicted.
     pub async fn restore_cache(&mut self, file: &[u8], model: &str) -> Result<Restored> {
+        let r = self.restore_pages(file, model).await;
+        self.recover(r)
+    }
+
+    async fn restore_pages(&mut self, file: &[u8], model: &str) -> Result<Restored> {
+        self.kv.pool.borrow().check()?;
         let shape = self.cache_shape(model);
-        let (header, data) = persist::decode(file, &shape, self.kv.layer_page_bytes(), self.model.cfg.vocab)?;
-        let max = self.context_size();
-        let mut to: Vec<Option<u32>> = vec![None; header.pages as usize];
+        let (header, data) = persist::decode(file, &shape, self.kv.page_bytes(), self.model.cfg.vocab)?;
         let mut held = Vec::new();
+        let r = self.restore_held(&header, data, &mut held).await;
+        // The index holds its own references; ours go back on every path.
+        let pool = &mut self.kv.pool.borrow_mut();
+        let mut released = Ok(());
+        for page in held {
+            released = released.and(pool.release(page));
+        }
+        let out = r?;
+        released?;
+        pool.check()?;
+        Ok(out)
+    }
+
+    /// The body of [`Self::restore_pages`]: every page it allocates goes into `held`.
+    async fn restore_held(&mut self, header: &persist::Header, data: &[u8], held: &mut Vec<u32>) -> Result<Restored> {
+        let max = self.context_size();
+        let page_bytes = self.kv.page_bytes() as usize;
+        // The file's pages that the restored prefixes need, and the pool page each goes into.
+        let mut to: Vec<Option<u32>> = vec![None; header.pages as usize];
         let mut keep = Vec::new();
         let mut out = Restored::default();
         for p in &header.prefixes {
@@ -756,38 +862,28 @@ impl Engine {
             for &i in &p.pages {
                 if to[i as usize].is_none() {
                     let page = pool.alloc().ok_or(Error::CacheFull { needed_pages: new, free_pages: 0 })?;
-                    to[i as usize] = Some(page);
                     held.push(page);
+                    to[i as usize] = Some(page);
                 }
             }
             keep.push(p);
         }
-        let mut r = self.kv.write_pages(&self.gpu, data, header.pages as usize, &to);
-        if r.is_ok() {
-            r = self.gpu.finish().await;
+        for (i, dst) in to.iter().enumerate() {
+            if let Some(dst) = dst {
+                self.kv.write_pages(&self.gpu, &data[i * page_bytes..][..page_bytes], &[*dst])?;
+            }
         }
+        self.gpu.finish().await?;
+        // Least recent first, so that the index's use order ends as the file's; all of them or,
+        // on an error, none.
+        let paths: Vec<(&str, &[u32], Vec<u32>)> =
+            keep.iter().rev().map(|p| (p.salt.as_str(), &p.tokens[..], p.pages.iter().filter_map(|&i| to[i as usize]).collect())).collect();
         let pool = &mut self.kv.pool.borrow_mut();
-        if r.is_ok() {
-            // Least recent first, so that the index's use order ends as the file's.
-            for p in keep.iter().rev() {
-                let pages: Vec<u32> = p.pages.iter().filter_map(|&i| to[i as usize]).collect();
-                if let Err(e) = self.index.insert(pool, &p.salt, &p.tokens, &pages) {
-                    r = Err(e);
-                    break;
-                }
-                out.prefixes += 1;
-                out.tokens += p.tokens.len();
-            }
-            out.pages = held.len();
-        }
-        // The index holds its own references; ours go back on every path.
-        for page in held {
-            let released = pool.release(page);
-            if r.is_ok() {
-                r = released;
-            }
-        }
-        r.and_then(|()| pool.check()).map(|()| out)
+        self.index.insert_all(pool, paths.iter().map(|(s, t, p)| (*s, *t, &p[..])))?;
+        out.prefixes = keep.len();
+        out.tokens = keep.iter().map(|p| p.tokens.len()).sum();
+        out.pages = held.len();
+        Ok(out)
     }
 
     /// Forgets every resident prefix (and the lint's request history). After an accounting
@@ -800,9 +896,60 @@ impl Engine {
         self.history = History::default();
     }
 
+    /// **Test only**: records a page-accounting fault, as a bug would (tests of the recovery).
+    #[cfg(feature = "test-support")]
+    #[doc(hidden)]
+    pub fn corrupt_for_test(&mut self) {
+        let pool = &mut self.kv.pool.borrow_mut();
+        let free = (0..pool.total() as u32).find(|&p| pool.refs(p) == 0).unwrap_or(u32::MAX);
+        let _ = pool.release(free);
+    }
+
     /// Forgets every cached token (same as [`Self::clear_cache`]).
     pub fn reset(&mut self) {
         self.clear_cache();
+    }
+}
+
+/// The stop strings, matched as the text grows: each call searches only where a match that ends
+/// in the new text can start, so a long answer costs O(its length), not O(length²) per stop.
+struct StopMatcher {
+    ac: Option<aho_corasick::AhoCorasick>,
+    /// Bytes of the longest stop string: output is held back by this much.
+    longest: usize,
+    /// No match starts before this byte of the text.
+    clear: usize,
+}
+
+impl StopMatcher {
+    fn new(stops: &[String]) -> Result<StopMatcher> {
+        use crate::api::{MAX_STOPS, MAX_STOP_CHARS};
+        if stops.len() > MAX_STOPS {
+            return Err(Error::InvalidArgument(format!("{} stop strings, at most {MAX_STOPS}", stops.len())));
+        }
+        if let Some(s) = stops.iter().find(|s| s.is_empty() || s.chars().count() > MAX_STOP_CHARS) {
+            return Err(Error::InvalidArgument(format!("a stop string of {} characters (1 to {MAX_STOP_CHARS})", s.chars().count())));
+        }
+        let ac = match stops.is_empty() {
+            true => None,
+            false => Some(
+                aho_corasick::AhoCorasick::builder()
+                    .match_kind(aho_corasick::MatchKind::LeftmostFirst)
+                    .build(stops)
+                    .map_err(|e| Error::InvalidArgument(format!("stop strings: {e}")))?,
+            ),
+        };
+        Ok(StopMatcher { ac, longest: stops.iter().map(|s| s.len()).max().unwrap_or(0), clear: 0 })
+    }
+
+    /// Where the first stop string starts in `text`, which only grows between calls.
+    fn find(&mut self, text: &str) -> Option<usize> {
+        let ac = self.ac.as_ref()?;
+        let from = floor_char_boundary(text, self.clear);
+        let hit = ac.find(&text[from..]).map(|m| from + m.start());
+        // A stop string that starts before len - longest + 1 would have ended by now.
+        self.clear = text.len().saturating_sub(self.longest.saturating_sub(1)).max(self.clear);
+        hit
     }
 }
 
@@ -811,4 +958,38 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
         i -= 1;
     }
     i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// The incremental matcher finds what a search of the whole text for every stop string finds,
+    /// as the text grows a piece at a time (pieces of several characters, multi-byte ones too).
+    #[test]
+    fn stop_strings_match_incrementally_as_a_whole_search_does() {
+        let alphabet = ["a", "b", "é", "ab", "ba", "\u{1F600}", " "];
+        let mut rng = Rng(7);
+        for trial in 0..400 {
+            let n = 1 + rng.below(4);
+            let stops: Vec<String> = (0..n).map(|_| (0..1 + rng.below(5)).map(|_| alphabet[rng.below(alphabet.len())]).collect()).collect();
+            let mut m = StopMatcher::new(&stops).unwrap();
+            let mut text = String::new();
+            for _ in 0..40 {
+                for _ in 0..1 + rng.below(3) {
+                    text.push_str(alphabet[rng.below(alphabet.len())]);
+                }
+                let want = stops.iter().filter_map(|s| text.find(s.as_str())).min();
+                let got = m.find(&text);
+                assert_eq!(got, want, "trial {trial}: {stops:?} in {text:?}");
+                if got.is_some() {
+                    break;
+                }
+            }
+        }
+        assert!(StopMatcher::new(&[String::new()]).is_err());
+        assert!(StopMatcher::new(&vec!["x".to_string(); crate::api::MAX_STOPS + 1]).is_err());
+        assert!(StopMatcher::new(&["é".repeat(crate::api::MAX_STOP_CHARS + 1)]).is_err());
+    }
 }

@@ -84,6 +84,13 @@ pub enum Error {
     /// An argument outside its valid range (a token id past the vocabulary, a NaN temperature…).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The model produced logits no token can be chosen from (every one NaN, or no finite
+    /// probability): a fault in the model file's weights or in the GPU, not in the request.
+    #[error("no token can be chosen: {0} (a fault in the model's weights or the GPU)")]
+    Numerics(String),
+    /// Reading or writing a file (a saved cache, requests, results) failed.
+    #[error("I/O error: {0}")]
+    Io(String),
     /// A kernel self-check found the GPU result differs from the CPU oracle.
     #[error("kernel check failed: {0}")]
     Mismatch(String),
@@ -111,6 +118,8 @@ impl Error {
             Error::TooLarge { .. } => "TooLargeError",
             Error::Weights(_) => "WeightsError",
             Error::Mismatch(_) => "MismatchError",
+            Error::Numerics(_) => "NumericsError",
+            Error::Io(_) => "IoError",
             Error::Gguf(_) => "GgufError",
             Error::ContextFull { .. } => "ContextFullError",
             Error::InvalidArgument(_) => "InvalidArgumentError",

@@ -23,7 +23,7 @@ use crate::model::Config;
 use crate::ops::KvPages;
 
 /// Reference counts and free list of the KV pages.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct PagePool {
     refs: Vec<u32>,
     free: Vec<u32>,
@@ -195,41 +195,46 @@ impl KvCache {
         self.layer_page_bytes
     }
 
-    /// The K/V of `pages`, every layer: for each layer, the K of each page in order, then the V
-    /// (the saved-cache layout, `persist`).
+    /// Bytes of one whole page in the saved-cache layout: K and V of every layer.
+    pub fn page_bytes(&self) -> u64 {
+        2 * self.layers.len() as u64 * self.layer_page_bytes
+    }
+
+    /// The K/V of `pages`, page by page (the saved-cache layout, `persist`): for each page in
+    /// order, for each layer, its K then its V ([`Self::page_bytes`] a page).
     pub async fn read_pages(&self, gpu: &Gpu, pages: &[u32]) -> Result<Vec<u8>> {
-        let lpb = self.layer_page_bytes();
+        let lpb = self.layer_page_bytes;
         let ranges: Vec<(u64, u64)> = pages.iter().map(|&p| (u64::from(p) * lpb, lpb)).collect();
-        let mut out = Vec::with_capacity(2 * self.layers.len() * ranges.len() * lpb as usize);
-        for l in &self.layers {
-            out.extend(gpu.read_ranges(&l.k, &ranges).await?);
-            out.extend(gpu.read_ranges(&l.v, &ranges).await?);
+        let (lpb, page) = (lpb as usize, self.page_bytes() as usize);
+        let mut out = vec![0u8; pages.len() * page];
+        for (l, layer) in self.layers.iter().enumerate() {
+            for (half, buf) in [&layer.k, &layer.v].into_iter().enumerate() {
+                let data = gpu.read_ranges(buf, &ranges).await?;
+                for (i, chunk) in data.chunks_exact(lpb).enumerate() {
+                    let at = i * page + (2 * l + half) * lpb;
+                    out[at..at + lpb].copy_from_slice(chunk);
+                }
+            }
         }
         Ok(out)
     }
 
-    /// Writes K/V data laid out as [`Self::read_pages`] gives it for `from.len()` pages, page
-    /// `from[i]` of the data into page `to[i]` of the pool (`None`: skipped).
-    pub fn write_pages(&self, gpu: &Gpu, data: &[u8], from: usize, to: &[Option<u32>]) -> Result<()> {
-        let lpb = self.layer_page_bytes() as usize;
-        let per_layer = 2 * from * lpb;
-        if data.len() != per_layer * self.layers.len() || to.len() != from {
-            return Err(Error::InvalidArgument(format!("{} bytes of KV data for {from} pages of {lpb} bytes × {} layers", data.len(), self.layers.len())));
-        }
-        if from == 0 {
-            return Ok(()); // a saved cache with nothing in it
+    /// Writes K/V data laid out as [`Self::read_pages`] gives it, page `i` of the data into page
+    /// `to[i]` of the pool.
+    pub fn write_pages(&self, gpu: &Gpu, data: &[u8], to: &[u32]) -> Result<()> {
+        let (lpb, page) = (self.layer_page_bytes as usize, self.page_bytes() as usize);
+        if data.len() != page * to.len() {
+            return Err(Error::InvalidArgument(format!("{} bytes of KV data for {} pages of {page} bytes", data.len(), to.len())));
         }
         let total = self.pool.borrow().total();
-        for (l, layer) in self.layers.iter().zip(data.chunks_exact(per_layer)) {
-            let (k, v) = layer.split_at(from * lpb);
-            for (i, dst) in to.iter().enumerate() {
-                let Some(dst) = dst else { continue };
-                if *dst as usize >= total {
-                    return Err(Error::CacheCorrupt(format!("write into page {dst} of {total}")));
-                }
-                let off = u64::from(*dst) * lpb as u64;
-                gpu.write(&l.k, off, &k[i * lpb..][..lpb]);
-                gpu.write(&l.v, off, &v[i * lpb..][..lpb]);
+        for (&dst, bytes) in to.iter().zip(data.chunks_exact(page.max(1))) {
+            if dst as usize >= total {
+                return Err(Error::CacheCorrupt(format!("write into page {dst} of {total}")));
+            }
+            let off = u64::from(dst) * lpb as u64;
+            for (layer, kv) in self.layers.iter().zip(bytes.chunks_exact(2 * lpb)) {
+                gpu.write(&layer.k, off, &kv[..lpb]);
+                gpu.write(&layer.v, off, &kv[lpb..]);
             }
         }
         Ok(())

@@ -4,9 +4,10 @@
 //! with [`Error::CacheFile`] and the engine's cache is left as it was.
 //!
 //! Layout (little-endian): `MAGIC` (8 bytes) · header length (u32) · header (JSON, [`Header`]) ·
-//! page data · CRC-32 of everything before it (u32). Page data is, for each layer, the K of every
-//! saved page in order, then their V: `pages × layer_page_bytes` bytes each (the GPU's own page
-//! layout, f16 pairs packed in u32).
+//! page data · CRC-32 of everything before it (u32). Page data is page by page: for each saved
+//! page in order, for each layer, its K then its V (`layer_page_bytes` each, the GPU's own page
+//! layout, f16 pairs packed in u32). A writer can therefore stream the file a batch of pages at a
+//! time ([`head`], then the pages, then the CRC), never holding all of it.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,8 +15,9 @@ use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"HPKVSAVE";
 
-/// Bump when the file layout or the KV page layout on the GPU changes.
-pub const LAYOUT_VERSION: u32 = 1;
+/// Bump when the file layout or the KV page layout on the GPU changes. (2: page data page by
+/// page; 1 had it layer by layer.)
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// What the file's pages are: they load only into an engine with the same values.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,14 +52,22 @@ fn bad(detail: impl Into<String>) -> Error {
     Error::CacheFile(detail.into())
 }
 
-/// The file for `header` and its page data.
-pub fn encode(header: &Header, data: &[u8]) -> Result<Vec<u8>> {
+/// The file's first bytes: magic, header length and header. The page data and the CRC-32 of
+/// everything before it follow.
+pub fn head(header: &Header) -> Result<Vec<u8>> {
     let json = serde_json::to_vec(header).map_err(|e| bad(e.to_string()))?;
     let json_len = u32::try_from(json.len()).map_err(|_| bad("header over 4 GiB"))?;
-    let mut out = Vec::with_capacity(16 + json.len() + data.len());
+    let mut out = Vec::with_capacity(12 + json.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&json_len.to_le_bytes());
     out.extend_from_slice(&json);
+    Ok(out)
+}
+
+/// The whole file for `header` and its page data.
+#[cfg(test)]
+pub fn encode(header: &Header, data: &[u8]) -> Result<Vec<u8>> {
+    let mut out = head(header)?;
     out.extend_from_slice(data);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -65,8 +75,9 @@ pub fn encode(header: &Header, data: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// The header and page data of a file, checked: magic, checksum, version, the expected shape,
-/// the data's length, and every prefix's pages and length. `vocab` bounds the token ids.
-pub fn decode<'a>(file: &'a [u8], expect: &Shape, layer_page_bytes: u64, vocab: usize) -> Result<(Header, &'a [u8])> {
+/// the data's length (`page_bytes` a page: K and V of every layer), and every prefix's pages and
+/// length. `vocab` bounds the token ids.
+pub fn decode<'a>(file: &'a [u8], expect: &Shape, page_bytes: u64, vocab: usize) -> Result<(Header, &'a [u8])> {
     if file.len() < 16 || &file[..8] != MAGIC {
         return Err(bad("not a hotprefix saved-cache file"));
     }
@@ -84,10 +95,7 @@ pub fn decode<'a>(file: &'a [u8], expect: &Shape, layer_page_bytes: u64, vocab: 
         return Err(bad(format!("saved for {:?}, this engine is {:?}", header.shape, expect)));
     }
     let data = &body[12 + json_len..];
-    let want = (header.pages as u64)
-        .checked_mul(2 * layer_page_bytes)
-        .and_then(|b| b.checked_mul(expect.n_layer as u64))
-        .ok_or_else(|| bad("page count overflows"))?;
+    let want = (header.pages as u64).checked_mul(page_bytes).ok_or_else(|| bad("page count overflows"))?;
     if data.len() as u64 != want {
         return Err(bad(format!("{} bytes of page data, {} pages need {want}", data.len(), header.pages)));
     }
@@ -140,7 +148,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let f = file();
-        let (h, data) = decode(&f, &shape(), 8, 10).unwrap();
+        let (h, data) = decode(&f, &shape(), 32, 10).unwrap();
         assert_eq!(h.prefixes[0].tokens, [1, 2, 3]);
         assert_eq!(data, (0..64).collect::<Vec<u8>>());
     }
@@ -151,15 +159,15 @@ mod tests {
         for i in 0..f.len() {
             let mut g = f.clone();
             g[i] ^= 0x10;
-            assert!(matches!(decode(&g, &shape(), 8, 10), Err(Error::CacheFile(_))), "flipped byte {i} was accepted");
+            assert!(matches!(decode(&g, &shape(), 32, 10), Err(Error::CacheFile(_))), "flipped byte {i} was accepted");
         }
         for n in 0..f.len() {
-            assert!(decode(&f[..n], &shape(), 8, 10).is_err(), "a file cut to {n} bytes was accepted");
+            assert!(decode(&f[..n], &shape(), 32, 10).is_err(), "a file cut to {n} bytes was accepted");
         }
         let other = Shape { model: "other".into(), ..shape() };
-        let e = decode(&f, &other, 8, 10).unwrap_err();
+        let e = decode(&f, &other, 32, 10).unwrap_err();
         assert!(e.to_string().contains("saved for"), "{e}");
-        assert!(decode(&f, &shape(), 8, 3).is_err(), "tokens past the vocabulary");
+        assert!(decode(&f, &shape(), 32, 3).is_err(), "tokens past the vocabulary");
     }
 
     #[test]
@@ -168,18 +176,18 @@ mod tests {
         let header = |prefixes| Header { version: LAYOUT_VERSION, shape: shape(), pages: 2, prefixes };
         let data = vec![0u8; 64];
         let shared = encode(&header(vec![prefix(vec![1, 2, 3], vec![0, 1]), prefix(vec![1, 2], vec![0])]), &data).unwrap();
-        assert!(decode(&shared, &shape(), 8, 10).is_ok());
+        assert!(decode(&shared, &shape(), 32, 10).is_ok());
         for bad in [
             vec![prefix(vec![1, 2, 3], vec![0, 1]), prefix(vec![1, 9], vec![0])], // other tokens
             vec![prefix(vec![1, 2, 3], vec![0, 1]), prefix(vec![5, 6, 1, 2], vec![1, 0])], // other position
             vec![prefix(vec![1, 2, 1, 2], vec![0, 0])],                             // twice in one prefix
         ] {
             let f = encode(&header(bad.clone()), &data).unwrap();
-            assert!(decode(&f, &shape(), 8, 10).is_err(), "{bad:?} accepted");
+            assert!(decode(&f, &shape(), 32, 10).is_err(), "{bad:?} accepted");
         }
         // The same tokens in the shared page, after different ones: its K/V differ.
         let three = Header { pages: 3, ..header(vec![prefix(vec![1, 2, 3], vec![0, 1]), prefix(vec![5, 2, 3], vec![2, 1])]) };
         let f = encode(&three, &[0u8; 96]).unwrap();
-        assert!(decode(&f, &shape(), 8, 10).is_err(), "a page shared after different earlier tokens was accepted");
+        assert!(decode(&f, &shape(), 32, 10).is_err(), "a page shared after different earlier tokens was accepted");
     }
 }

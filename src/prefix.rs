@@ -22,7 +22,7 @@ use crate::kv::PagePool;
 
 type NodeId = usize;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Node {
     parent: Option<NodeId>,
     /// The page's tokens (empty for a root).
@@ -99,7 +99,7 @@ pub struct Resident {
 }
 
 /// Resident prefixes per salt, as a radix tree of pages.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct PrefixIndex {
     page_size: usize,
     nodes: Vec<Option<Node>>,
@@ -252,6 +252,19 @@ impl PrefixIndex {
             let id = self.add(Node { parent: Some(at), tokens: chunk.to_vec(), page, children: Vec::new(), last_use: tick, salt: String::new() });
             self.node_mut(at).children.push(id);
             at = id;
+        }
+        Ok(())
+    }
+
+    /// [`Self::insert`] of several sequences `(salt, tokens, pages)`, in order, all or nothing: on
+    /// an error the index and the pool are as they were before the call.
+    pub fn insert_all<'a>(&mut self, pool: &mut PagePool, paths: impl IntoIterator<Item = (&'a str, &'a [u32], &'a [u32])>) -> Result<()> {
+        let before = (self.clone(), pool.clone());
+        for (salt, tokens, pages) in paths {
+            if let Err(e) = self.insert(pool, salt, tokens, pages) {
+                (*self, *pool) = before;
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -978,5 +991,34 @@ mod tests {
             idx.insert(&mut pool, &format!("salt{i}"), &[], &[]).unwrap();
         }
         assert!(idx.roots.is_empty() && idx.nodes.is_empty(), "{} roots", idx.roots.len());
+    }
+
+    /// Several sequences indexed at once (a restore) are all indexed, or, when one fails, none:
+    /// the index and the pool are as they were.
+    #[test]
+    fn insert_all_is_all_or_nothing() {
+        let mut pool = PagePool::new(32);
+        let mut idx = PrefixIndex::new(PS);
+        let a: Vec<u32> = (0..6).collect();
+        let pa = alloc(&mut pool, a.len());
+        idx.insert(&mut pool, "", &a, &pa).unwrap();
+        drop_seq(&mut pool, &pa);
+        let (paths, used) = (idx.paths(), pool.used());
+        let b: Vec<u32> = (10..19).collect();
+        let pb = alloc(&mut pool, b.len());
+        let c: Vec<u32> = (20..25).collect();
+        let mut pc = alloc(&mut pool, c.len());
+        pool.release(pc[1]).unwrap(); // a page nobody holds: indexing it fails
+        let err = idx.insert_all(&mut pool, [("", &b[..], &pb[..]), ("s", &c[..], &pc[..])]).unwrap_err();
+        assert!(matches!(err, Error::CacheCorrupt(_)), "{err}");
+        pool.retain(pc[0]).unwrap_or(()); // (no fault is kept: the pool is as it was)
+        pool.release(pc[0]).unwrap();
+        pc.remove(1);
+        drop_seq(&mut pool, &pb);
+        drop_seq(&mut pool, &pc);
+        assert_eq!((idx.paths(), pool.used()), (paths, used), "nothing of the failed call stayed");
+        pool.check().unwrap();
+        idx.check(&pool).unwrap();
+        audit(&idx, &pool);
     }
 }

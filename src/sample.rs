@@ -1,7 +1,10 @@
 //! The CPU sampler: picks the next token from one row of logits.
 //!
 //! Order of operations (llama.cpp's, minus the exotic samplers):
-//! 1. repetition penalty over the distinct tokens among the last `repeat_last_n` of `recent`;
+//! 1. repetition penalty over the distinct tokens among the last `repeat_last_n` of `recent`,
+//!    then OpenAI's frequency and presence penalties over the tokens of the completion so far
+//!    (`recent` after its first [`Sampler::set_prompt_len`] tokens): a token seen `c` times loses
+//!    `c × frequency_penalty + (c > 0) × presence_penalty`;
 //! 2. temperature 0 → argmax (lowest id on ties, NaN never wins — the same rule as the GPU
 //!    `argmax` kernel; all-NaN logits are an error here and an out-of-range id there, which the
 //!    engine turns into the same error);
@@ -38,13 +41,19 @@ pub struct SamplingParams {
     /// How many of the most recent tokens the penalty looks at (each distinct token is penalized
     /// once); 0 turns the penalty off.
     pub repeat_last_n: usize,
+    /// OpenAI's frequency penalty, in [-2, 2]: subtracted from a token's logit once for every time
+    /// it appears in the completion so far; 0 turns it off.
+    pub frequency_penalty: f32,
+    /// OpenAI's presence penalty, in [-2, 2]: subtracted from the logit of every token that
+    /// appears in the completion so far; 0 turns it off.
+    pub presence_penalty: f32,
     /// Seed of the sampler's generator.
     pub seed: u64,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, repetition_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+        SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, repetition_penalty: 1.0, repeat_last_n: 64, frequency_penalty: 0.0, presence_penalty: 0.0, seed: 0 }
     }
 }
 
@@ -66,16 +75,44 @@ impl SamplingParams {
         if !self.repetition_penalty.is_finite() || self.repetition_penalty <= 0.0 {
             return bad("repetition_penalty", self.repetition_penalty, "finite and > 0");
         }
+        for (name, v) in [("frequency_penalty", self.frequency_penalty), ("presence_penalty", self.presence_penalty)] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(name, v, "in [-2, 2]");
+            }
+        }
         Ok(())
     }
 
-    fn penalizes(&self) -> bool {
+    fn repeats(&self) -> bool {
         self.repetition_penalty != 1.0 && self.repeat_last_n > 0
     }
 
-    /// A window token's logit after the penalty.
-    fn penalized(&self, l: f32) -> f32 {
-        if l > 0.0 { l / self.repetition_penalty } else { l * self.repetition_penalty }
+    fn counts(&self) -> bool {
+        self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
+    }
+
+    fn penalizes(&self) -> bool {
+        self.repeats() || self.counts()
+    }
+}
+
+/// How a penalty-window token's logit is changed: the repetition penalty or not, and its count
+/// in the completion.
+#[derive(Debug, Clone, Copy, Default)]
+struct Penalty {
+    repeat: bool,
+    count: u32,
+}
+
+impl Penalty {
+    fn apply(self, p: &SamplingParams, mut l: f32) -> f32 {
+        if self.repeat {
+            l = if l > 0.0 { l / p.repetition_penalty } else { l * p.repetition_penalty };
+        }
+        if self.count > 0 {
+            l -= self.count as f32 * p.frequency_penalty + p.presence_penalty;
+        }
+        l
     }
 }
 
@@ -144,7 +181,7 @@ pub fn argmax(logits: &[f32]) -> Result<u32> {
     match best {
         Some((i, _)) => Ok(i as u32),
         None if logits.is_empty() => Err(Error::InvalidArgument("sample: empty logits".into())),
-        None => Err(Error::InvalidArgument(format!("sample: all {} logits are NaN", logits.len()))),
+        None => Err(Error::Numerics(format!("all {} logits are NaN", logits.len()))),
     }
 }
 
@@ -154,8 +191,11 @@ pub struct Sampler {
     rng: Rng,
     /// Scratch, reused across calls: the candidate set, then what survives top-k and top-p.
     cands: Vec<Cand>,
-    /// The penalty window's distinct tokens, sorted.
+    /// The penalty window's distinct tokens, sorted, and how each is penalized.
     window: Vec<u32>,
+    penalties: Vec<Penalty>,
+    /// Tokens of `recent` that are the prompt: the count penalties look at the rest.
+    prompt_len: usize,
     /// The tokens ranked above every other ([`Sampler::set_head`]), and their ids sorted.
     head: Vec<Cand>,
     head_ids: Vec<u32>,
@@ -169,7 +209,24 @@ impl Sampler {
     pub fn new(params: SamplingParams) -> Result<Sampler> {
         params.validate()?;
         let rng = Rng(params.seed);
-        Ok(Sampler { params, rng, cands: Vec::new(), window: Vec::new(), head: Vec::new(), head_ids: Vec::new(), keys: Vec::new(), known: Vec::new() })
+        Ok(Sampler {
+            params,
+            rng,
+            cands: Vec::new(),
+            window: Vec::new(),
+            penalties: Vec::new(),
+            prompt_len: 0,
+            head: Vec::new(),
+            head_ids: Vec::new(),
+            keys: Vec::new(),
+            known: Vec::new(),
+        })
+    }
+
+    /// How many leading tokens of every `recent` given later are the prompt (0 until set: all of
+    /// `recent` is then completion): the frequency and presence penalties count only the rest.
+    pub fn set_prompt_len(&mut self, n: usize) {
+        self.prompt_len = n;
     }
 
     /// The parameters this sampler was made with.
@@ -178,7 +235,7 @@ impl Sampler {
     }
 
     /// True when [`Sampler::sample`] would return the plain argmax of the logits (temperature 0
-    /// and no repetition penalty), so a caller may use a GPU argmax and skip reading logits back.
+    /// and no penalty), so a caller may use a GPU argmax and skip reading logits back.
     pub fn is_greedy(&self) -> bool {
         self.params.temperature == 0.0 && !self.params.penalizes()
     }
@@ -213,21 +270,45 @@ impl Sampler {
         let view = View::All(logits);
         match self.draw(&view)? {
             Some(id) => Ok(id),
-            None => Err(Error::InvalidArgument("sample: no token has positive probability".into())),
+            None => Err(Error::Numerics("no token has a positive probability".into())),
         }
     }
 
-    /// The distinct tokens of the penalty window of `recent` (sorted; empty when the penalty is
-    /// off): the ids whose logits [`Sampler::sample_top`] needs in [`Top::window`].
+    /// The distinct tokens whose logits the penalties change (sorted; empty when every penalty
+    /// is off): the last `repeat_last_n` of `recent` for the repetition penalty, and the
+    /// completion's tokens for the frequency and presence penalties. These are the ids whose
+    /// logits [`Sampler::sample_top`] needs in [`Top::window`].
     pub fn penalty_window(&mut self, recent: &[u32]) -> &[u32] {
         self.window.clear();
-        if self.params.penalizes() {
-            let start = recent.len().saturating_sub(self.params.repeat_last_n);
-            self.window.extend_from_slice(&recent[start..]);
-            self.window.sort_unstable();
-            self.window.dedup();
+        self.penalties.clear();
+        let p = &self.params;
+        let repeat_from = if p.repeats() { recent.len().saturating_sub(p.repeat_last_n) } else { recent.len() };
+        let count_from = if p.counts() { self.prompt_len.min(recent.len()) } else { recent.len() };
+        let from = repeat_from.min(count_from);
+        let mut seen: Vec<(u32, Penalty)> = Vec::with_capacity(recent.len() - from);
+        for (i, &t) in recent.iter().enumerate().skip(from) {
+            seen.push((t, Penalty { repeat: i >= repeat_from, count: u32::from(i >= count_from) }));
+        }
+        seen.sort_unstable_by_key(|&(t, _)| t);
+        for (t, pen) in seen {
+            match self.window.last() {
+                Some(&last) if last == t => {
+                    let merged = self.penalties.last_mut().expect("parallel to window");
+                    merged.repeat |= pen.repeat;
+                    merged.count += pen.count;
+                }
+                _ => {
+                    self.window.push(t);
+                    self.penalties.push(pen);
+                }
+            }
         }
         &self.window
+    }
+
+    /// Window token `i`'s logit `l` after the penalties.
+    fn penalized(&self, i: usize, l: f32) -> f32 {
+        self.penalties[i].apply(&self.params, l)
     }
 
     /// [`Sampler::sample`] from what `ops::topk` read of the row instead of all of it: the same
@@ -255,7 +336,7 @@ impl Sampler {
             return Ok(None);
         }
         let pen = |id: u32, l: f32| match window.binary_search(&id) {
-            Ok(i) => self.params.penalized(top.window[i]),
+            Ok(i) => self.penalized(i, top.window[i]),
             Err(_) => l,
         };
         // The largest penalized logit: an unpenalized candidate's or a window token's (tokens
@@ -268,9 +349,9 @@ impl Sampler {
                 unpenalized = true;
             }
         }
-        for &l in &top.window {
+        for (i, &l) in top.window.iter().enumerate() {
             if !l.is_nan() {
-                best = best.max(self.params.penalized(l));
+                best = best.max(self.penalized(i, l));
             }
         }
         if !unpenalized || !best.is_finite() {
@@ -281,16 +362,16 @@ impl Sampler {
         let w = |l: f32| ((l as f64 - best as f64) * inv_t).exp();
         let base = top.sum * ((top.max as f64 - best as f64) * inv_t).exp();
         let mut total = base;
-        for &l in &top.window {
+        for (i, &l) in top.window.iter().enumerate() {
             if !l.is_nan() {
-                total += w(self.params.penalized(l)) - w(l);
+                total += w(self.penalized(i, l)) - w(l);
             }
         }
         // Cancellation (a dominant token penalized away) leaves too few exact digits.
         if t > 0.0 && !(total.is_finite() && total > 1e-3 * base) {
             return Ok(None);
         }
-        let window_logits = window.iter().zip(&top.window).map(|(&id, &l)| (id, self.params.penalized(l)));
+        let window_logits = window.iter().zip(&top.window).enumerate().map(|(i, (&id, &l))| (id, self.penalized(i, l)));
         let cands: Vec<(u32, f32)> = top.cands.iter().map(|&(id, l)| (id, pen(id, l))).chain(window_logits).collect();
         self.set_head(cands.into_iter(), top.threshold);
         if t == 0.0 {
@@ -387,7 +468,7 @@ impl Sampler {
                 total = cands.iter().map(|c| c.w).sum();
             }
             if total.is_nan() || total <= 0.0 {
-                return Err(Error::InvalidArgument("sample: no token has positive probability".into()));
+                return Err(Error::Numerics("no token has a positive probability".into()));
             }
             // One draw, uniform in [0, total): 53 random bits.
             let mut rng = Rng(self.rng.0);
@@ -436,15 +517,16 @@ impl Sampler {
         r
     }
 
-    /// The llama.cpp repetition penalty, once per distinct token among the last `repeat_last_n`.
+    /// The penalties: llama.cpp's repetition penalty once per distinct token among the last
+    /// `repeat_last_n`, then the frequency and presence penalties by the completion's counts.
     fn penalize(&mut self, logits: &mut [f32], recent: &[u32]) -> Result<()> {
         self.penalty_window(recent);
         let vocab = logits.len();
-        for &t in &self.window {
+        for (i, &t) in self.window.iter().enumerate() {
             let l = logits.get_mut(t as usize).ok_or_else(|| {
                 Error::InvalidArgument(format!("sample: recent token {t} is past the vocabulary ({vocab} logits)"))
             })?;
-            *l = self.params.penalized(*l);
+            *l = self.penalties[i].apply(&self.params, *l);
         }
         Ok(())
     }
@@ -474,7 +556,7 @@ fn weight(l: f32, best: f32, inv_t: f64) -> f64 {
 fn row_weights(logits: &[f32], inv_t: f64) -> Result<(f32, f64)> {
     let best = logits.iter().filter(|l| !l.is_nan()).fold(None, |m: Option<f32>, &l| Some(m.map_or(l, |m| m.max(l))));
     let Some(best) = best else {
-        return Err(Error::InvalidArgument(format!("sample: all {} logits are NaN", logits.len())));
+        return Err(Error::Numerics(format!("all {} logits are NaN", logits.len())));
     };
     Ok((best, logits.iter().filter(|l| !l.is_nan()).map(|&l| weight(l, best, inv_t)).sum()))
 }
@@ -504,7 +586,7 @@ fn fill_ranked(cands: &mut Vec<Cand>, logits: &[f32], k: usize) -> Result<usize>
     cands.clear();
     cands.extend(logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &logit)| Cand { logit, id: i as u32, w: 0.0 }));
     if cands.is_empty() {
-        return Err(Error::InvalidArgument(format!("sample: all {} logits are NaN", logits.len())));
+        return Err(Error::Numerics(format!("all {} logits are NaN", logits.len())));
     }
     let n = cands.len();
     if k > 0 && k < n {
@@ -781,7 +863,8 @@ mod tests {
     fn bad_logits_are_rejected() {
         for p in [SamplingParams::greedy(), params(1.0), SamplingParams { top_k: 2, top_p: 0.5, ..params(0.8) }] {
             let mut s = Sampler::new(p).unwrap();
-            invalid(s.sample(&mut [f32::NAN; 4], &[]));
+            // A row with nothing to choose is the model's or the GPU's fault, not the request's.
+            assert!(matches!(s.sample(&mut [f32::NAN; 4], &[]), Err(Error::Numerics(_))));
             invalid(s.sample(&mut [], &[]));
             // NaN never wins even when sampling.
             for _ in 0..50 {
@@ -793,6 +876,35 @@ mod tests {
         // With the penalty off, `recent` is not looked at.
         let mut s = Sampler::new(params(1.0)).unwrap();
         assert!(s.sample(&mut [0.0; 4], &[1, 4]).is_ok());
+    }
+
+    /// OpenAI's frequency and presence penalties: a completion token seen c times loses
+    /// c × frequency + presence; prompt tokens are not counted; the repetition penalty applies
+    /// first, over its window of prompt and completion.
+    #[test]
+    fn count_penalties_follow_openai() {
+        let p = SamplingParams { frequency_penalty: 0.5, presence_penalty: 0.25, ..SamplingParams::greedy() };
+        let mut s = Sampler::new(p.clone()).unwrap();
+        assert!(!s.is_greedy());
+        s.set_prompt_len(3);
+        let recent = [5, 5, 1, 1, 1, 2];
+        let mut logits = [1.0f32, 2.0, 2.0, 0.5, 0.0, 3.0];
+        s.sample(&mut logits, &recent).unwrap();
+        assert_eq!(logits, [1.0, 2.0 - 2.0 * 0.5 - 0.25, 2.0 - 0.5 - 0.25, 0.5, 0.0, 3.0], "token 5 is only in the prompt");
+        // With the repetition penalty too: divided (or multiplied) first, then lowered.
+        let mut s = Sampler::new(SamplingParams { repetition_penalty: 2.0, ..p.clone() }).unwrap();
+        s.set_prompt_len(3);
+        let mut logits = [1.0f32, 2.0, 2.0, 0.5, 0.0, -3.0];
+        s.sample(&mut logits, &recent).unwrap();
+        assert_eq!(logits, [1.0, 1.0 - 1.0 - 0.25, 1.0 - 0.5 - 0.25, 0.5, 0.0, -6.0]);
+        // Negative values raise the logits instead; the picked token follows.
+        let mut s = Sampler::new(SamplingParams { frequency_penalty: -2.0, ..SamplingParams::greedy() }).unwrap();
+        s.set_prompt_len(3);
+        assert_eq!(s.sample(&mut [3.0f32, 2.0, 0.0, 0.0, 0.0, 0.0], &recent).unwrap(), 1, "token 1: 2 + 3 × 2 = 8");
+        for bad in [2.5, -2.01, f32::NAN] {
+            invalid(Sampler::new(SamplingParams { frequency_penalty: bad, ..SamplingParams::greedy() }).map(|_| ()));
+            invalid(Sampler::new(SamplingParams { presence_penalty: bad, ..SamplingParams::greedy() }).map(|_| ()));
+        }
     }
 
     #[test]
@@ -866,11 +978,16 @@ mod tests {
                 top_k: [0, 0, 40, 1, 400][trial as usize % 5],
                 top_p: [1.0, 0.9, 0.5][trial as usize % 3],
                 repetition_penalty: [1.0, 1.3, 0.8, 1.0][(trial / 3) as usize % 4],
+                frequency_penalty: [0.0, 0.0, 0.6, -0.8, 1.5, 0.0][(trial / 2) as usize % 6],
+                presence_penalty: [0.0, 0.9, 0.0, -1.2, 0.3][(trial / 5) as usize % 5],
                 seed: trial,
                 ..SamplingParams::default()
             };
             let mut full = Sampler::new(p.clone()).unwrap();
             let mut top = Sampler::new(p.clone()).unwrap();
+            // The first 14 of `recent` are the prompt: the count penalties see the rest.
+            full.set_prompt_len(14);
+            top.set_prompt_len(14);
             let mut recent: Vec<u32> = (0..20).map(|_| rng.below(vocab) as u32).collect();
             for _step in 0..6 {
                 let mut logits = base.clone();

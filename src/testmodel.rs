@@ -17,14 +17,33 @@ use crate::oracle;
 use crate::quant::{self, Format};
 use crate::rng::Rng;
 
-const LAYERS: usize = 2;
-const DIM: usize = 96;
-const HEADS: usize = 6;
-const KV_HEADS: usize = 2;
-const HEAD_DIM: usize = DIM / HEADS;
-const FFN: usize = 160;
 const VOCAB: usize = 320;
-const CONTEXT: usize = 1024;
+
+/// The shape of a tiny model ([`tiny_gguf_shaped`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TinyShape {
+    /// Layers.
+    pub layers: usize,
+    /// Width (`heads × head dim`).
+    pub dim: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// KV heads (dividing `heads`).
+    pub kv_heads: usize,
+    /// FFN width.
+    pub ffn: usize,
+    /// Trained context (`llama.context_length`).
+    pub context: usize,
+}
+
+impl TinyShape {
+    /// [`tiny_gguf`]'s: 2 layers of width 96, 6 query heads over 2 KV heads of 16, FFN 160.
+    pub const DEFAULT: TinyShape = TinyShape { layers: 2, dim: 96, heads: 6, kv_heads: 2, ffn: 160, context: 1024 };
+    /// Much K/V for little compute: 32 layers of one head of 128, FFN 64 (16 KiB of K/V a
+    /// position, ~3 M multiply-adds): fills a KV budget of many MiB in seconds, for tests and
+    /// benchmarks of what a large resident cache costs (saving it, say).
+    pub const KV_HEAVY: TinyShape = TinyShape { layers: 32, dim: 128, heads: 1, kv_heads: 1, ffn: 64, context: 8192 };
+}
 
 /// A tensor as [`tiny_gguf_with`] edits it: name, GGUF dims, ggml type, bytes.
 pub type TensorEntry = (String, Vec<u64>, u32, Vec<u8>);
@@ -56,6 +75,13 @@ pub fn tiny_gguf_with(seed: u64, edit: impl FnOnce(&mut std::collections::BTreeM
 /// sequences), at the 1e-3 bar the tests use; at 0.5 the worst seen was 2e-4, while the last
 /// row's logits still change by about half their size when the earlier tokens change.
 pub fn tiny_gguf(seed: u64) -> Vec<u8> {
+    tiny_gguf_shaped(seed, TinyShape::DEFAULT)
+}
+
+/// [`tiny_gguf`] at another shape (the same formats, vocabulary, template and weight scales).
+pub fn tiny_gguf_shaped(seed: u64, shape: TinyShape) -> Vec<u8> {
+    let TinyShape { layers, dim, heads, kv_heads, ffn, context } = shape;
+    let head_dim = dim / heads;
     let mut rng = Rng(seed);
     // (name, GGUF dims [row length, rows], format, bytes)
     let mut tensors: Vec<(String, Vec<u64>, Format, Vec<u8>)> = Vec::new();
@@ -64,23 +90,23 @@ pub fn tiny_gguf(seed: u64) -> Vec<u8> {
         let bytes = quant::quantize(format, &w).expect("whole blocks");
         tensors.push((name, vec![k as u64, n as u64], format, bytes));
     };
-    matrix(&mut rng, "token_embd.weight".into(), DIM, VOCAB, Format::Q8_0, 0.5);
+    matrix(&mut rng, "token_embd.weight".into(), dim, VOCAB, Format::Q8_0, 0.5);
     let lin = |k: usize| 0.5 * (3.0 / k as f32).sqrt();
-    for i in 0..LAYERS {
+    for i in 0..layers {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
-        matrix(&mut rng, n("attn_q"), DIM, HEADS * HEAD_DIM, Format::Q4_1, lin(DIM));
-        matrix(&mut rng, n("attn_k"), DIM, KV_HEADS * HEAD_DIM, Format::Q4_1, lin(DIM));
-        matrix(&mut rng, n("attn_v"), DIM, KV_HEADS * HEAD_DIM, Format::Q4_1, lin(DIM));
-        matrix(&mut rng, n("attn_output"), HEADS * HEAD_DIM, DIM, Format::Q4_1, lin(HEADS * HEAD_DIM));
-        matrix(&mut rng, n("ffn_gate"), DIM, FFN, Format::Q4_1, lin(DIM));
-        matrix(&mut rng, n("ffn_up"), DIM, FFN, Format::Q4_1, lin(DIM));
-        matrix(&mut rng, n("ffn_down"), FFN, DIM, Format::Q4_1, lin(FFN));
+        matrix(&mut rng, n("attn_q"), dim, heads * head_dim, Format::Q4_1, lin(dim));
+        matrix(&mut rng, n("attn_k"), dim, kv_heads * head_dim, Format::Q4_1, lin(dim));
+        matrix(&mut rng, n("attn_v"), dim, kv_heads * head_dim, Format::Q4_1, lin(dim));
+        matrix(&mut rng, n("attn_output"), heads * head_dim, dim, Format::Q4_1, lin(heads * head_dim));
+        matrix(&mut rng, n("ffn_gate"), dim, ffn, Format::Q4_1, lin(dim));
+        matrix(&mut rng, n("ffn_up"), dim, ffn, Format::Q4_1, lin(dim));
+        matrix(&mut rng, n("ffn_down"), ffn, dim, Format::Q4_1, lin(ffn));
     }
     let mut norm = |rng: &mut Rng, name: String| {
-        let w: Vec<f32> = (0..DIM).map(|_| 1.0 + rng.f32(0.2)).collect();
-        tensors.push((name, vec![DIM as u64], Format::F32, quant::quantize(Format::F32, &w).expect("f32")));
+        let w: Vec<f32> = (0..dim).map(|_| 1.0 + rng.f32(0.2)).collect();
+        tensors.push((name, vec![dim as u64], Format::F32, quant::quantize(Format::F32, &w).expect("f32")));
     };
-    for i in 0..LAYERS {
+    for i in 0..layers {
         norm(&mut rng, format!("blk.{i}.attn_norm.weight"));
         norm(&mut rng, format!("blk.{i}.ffn_norm.weight"));
     }
@@ -90,13 +116,13 @@ pub fn tiny_gguf(seed: u64) -> Vec<u8> {
     let metadata = [
         ("general.architecture", Value::Str("llama".into())),
         ("general.name", Value::Str(format!("hotprefix tiny test model (seed {seed})"))),
-        ("llama.block_count", Value::U32(LAYERS as u32)),
-        ("llama.context_length", Value::U32(CONTEXT as u32)),
-        ("llama.embedding_length", Value::U32(DIM as u32)),
-        ("llama.feed_forward_length", Value::U32(FFN as u32)),
-        ("llama.attention.head_count", Value::U32(HEADS as u32)),
-        ("llama.attention.head_count_kv", Value::U32(KV_HEADS as u32)),
-        ("llama.rope.dimension_count", Value::U32(HEAD_DIM as u32)),
+        ("llama.block_count", Value::U32(layers as u32)),
+        ("llama.context_length", Value::U32(context as u32)),
+        ("llama.embedding_length", Value::U32(dim as u32)),
+        ("llama.feed_forward_length", Value::U32(ffn as u32)),
+        ("llama.attention.head_count", Value::U32(heads as u32)),
+        ("llama.attention.head_count_kv", Value::U32(kv_heads as u32)),
+        ("llama.rope.dimension_count", Value::U32(head_dim as u32)),
         ("llama.rope.freq_base", Value::F32(10000.0)),
         ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
         ("llama.vocab_size", Value::U32(VOCAB as u32)),

@@ -147,7 +147,8 @@ fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsValue> {
 impl WebEngine {
     /// Loads a GGUF model of `file_len` bytes onto this browser's WebGPU adapter, with a context
     /// window of `context` positions (default: the model's) and a KV pool of `kv_budget_mb` MiB
-    /// (default: 512 or what the adapter allows). `read(offset, length)` returns a `Uint8Array` of
+    /// (default: 512 or what the adapter allows), in pages of `page_size` positions (default 16).
+    /// `read(offset, length)` returns a `Uint8Array` of
     /// the file's bytes: the header is read first, then one tensor at a time, each converted and
     /// uploaded before the next is read, so the wasm heap never holds the whole file.
     /// `on_progress(uploaded, total)` follows the weights' upload in bytes.
@@ -156,6 +157,7 @@ impl WebEngine {
         file_len: f64,
         context: Option<usize>,
         kv_budget_mb: Option<f64>,
+        page_size: Option<usize>,
         on_progress: Option<js_sys::Function>,
     ) -> Result<WebEngine, JsValue> {
         install_panic_hook();
@@ -165,7 +167,8 @@ impl WebEngine {
         let file = JsFile { read, len: file_len as u64 };
         let g = file.header()?;
         let gpu = Gpu::new().await?;
-        let opts = crate::engine::EngineOptions { context, kv_budget_mb, ..Default::default() };
+        let defaults = crate::engine::EngineOptions::default();
+        let opts = crate::engine::EngineOptions { context, kv_budget_mb, page_size: page_size.unwrap_or(defaults.page_size), ..defaults };
         let mut progress = |done: u64, total: u64| {
             if let Some(f) = &on_progress {
                 let _ = f.call2(&JsValue::NULL, &(done as f64).into(), &(total as f64).into());
@@ -234,10 +237,24 @@ impl WebEngine {
     }
 
     /// The resident prefixes (salt, token ids) and their KV pages as a saved-cache file, for the
-    /// model named `model` (the package passes the file's sha256).
+    /// model named `model` (the package passes the file's sha256), handed to `write(chunk)` a
+    /// piece at a time (each a new `Uint8Array` of at most 8 MiB of pages; a returned promise is
+    /// awaited before the next piece is read). Returns the file's length in bytes.
     #[wasm_bindgen(js_name = saveCache)]
-    pub async fn save_cache(&self, model: String) -> Result<Vec<u8>, JsValue> {
-        Ok(self.engine.save_cache(&model).await?)
+    pub async fn save_cache(&self, model: String, write: js_sys::Function) -> Result<f64, JsValue> {
+        let fail = |e: JsValue| crate::Error::Io(format!("writing the saved cache: {}", js_sys::Error::from(e).message()));
+        let n = self
+            .engine
+            .save_cache_to(&model, |chunk| {
+                let called = write.call1(&JsValue::NULL, &js_sys::Uint8Array::from(&chunk[..]));
+                async move {
+                    let promise = js_sys::Promise::resolve(&called.map_err(fail)?);
+                    wasm_bindgen_futures::JsFuture::from(promise).await.map_err(fail)?;
+                    Ok(())
+                }
+            })
+            .await?;
+        Ok(n as f64)
     }
 
     /// Makes a saved-cache file's prefixes resident again; returns `{prefixes, tokens, pages,
@@ -256,6 +273,35 @@ impl WebEngine {
     pub async fn panic_for_test(&self, message: String) -> Result<(), JsValue> {
         wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&JsValue::NULL)).await?;
         panic!("{message}")
+    }
+
+    /// **Test only**: traps after yielding to the event loop once, without going through the
+    /// panic hook, as an allocation failure (`"oom"`), a stack overflow (`"stack"`) or an
+    /// `unreachable` (`"unreachable"`) would, so that the package's crash reporting can be tested
+    /// for traps too (`engine._trapForTest(kind)`). Unusable afterwards, like `_panicForTest`.
+    #[wasm_bindgen(js_name = _trapForTest)]
+    pub async fn trap_for_test(&self, kind: String) -> Result<(), JsValue> {
+        wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&JsValue::NULL)).await?;
+        match kind.as_str() {
+            "unreachable" => core::arch::wasm32::unreachable(),
+            "oom" => match std::alloc::Layout::from_size_align(usize::MAX / 2, 1) {
+                Ok(layout) => std::alloc::handle_alloc_error(layout),
+                Err(_) => core::arch::wasm32::unreachable(),
+            },
+            "stack" => {
+                #[inline(never)]
+                fn deep(n: u32) -> u32 {
+                    if n == 0 {
+                        0
+                    } else {
+                        std::hint::black_box(deep(n - 1)).wrapping_add(1)
+                    }
+                }
+                let _ = deep(std::hint::black_box(u32::MAX));
+                Ok(())
+            }
+            _ => Err(crate::Error::InvalidArgument(format!("trap kind {kind:?}: oom, stack or unreachable")).into()),
+        }
     }
 
     /// Destroys the GPU device: its memory is freed now, and later calls fail with

@@ -327,3 +327,61 @@ async fn short_prompt_keeps_hitting() {
     assert_eq!((fourth.usage.prompt_tokens_details.cached_tokens, fourth.tokens), (n - 1, second.tokens));
     restored.audit_cache().unwrap();
 }
+
+gpu_test!(a_page_accounting_fault_rebuilds_the_cache_and_a_failed_restore_leaves_nothing, accounting_fault);
+
+/// After a page-accounting fault (a bug, forced here) the request that meets it fails with
+/// `CacheCorrupt` saying the cache was rebuilt, and the next request answers as a cold one does.
+/// A restore that fails partway makes none of its prefixes resident.
+async fn accounting_fault() {
+    let opts = EngineOptions { context: Some(256), kv_budget_mb: Some(1.0), page_size: 8, ..EngineOptions::default() };
+    let mut e = tiny(opts).await;
+    let mut rng = Rng(21);
+    let prompt: Vec<u32> = (0..40).map(|_| rng.below(256) as u32).collect();
+    let want = e.generate(&prompt, &greedy(4), |_| {}).await.unwrap().tokens;
+    let file = e.save_cache("tiny").await.unwrap();
+    e.corrupt_for_test();
+    let err = e.generate(&prompt, &greedy(4), |_| {}).await.unwrap_err();
+    assert!(matches!(&err, Error::CacheCorrupt(m) if m.contains("rebuilt")), "{err}");
+    let again = e.generate(&prompt, &greedy(4), |_| {}).await.unwrap();
+    assert_eq!((again.cached_tokens, again.tokens), (0, want.clone()), "the request after the fault runs cold, and right");
+    e.audit_cache().unwrap();
+    e.clear_cache();
+    e.corrupt_for_test();
+    let err = e.restore_cache(&file, "tiny").await.unwrap_err();
+    assert!(matches!(err, Error::CacheCorrupt(_)), "{err}");
+    assert_eq!(e.cache_stats().prefixes.len(), 0, "the failed restore left none of its prefixes resident");
+    e.audit_cache().unwrap();
+    let r = e.restore_cache(&file, "tiny").await.unwrap();
+    assert_eq!(r.prefixes, 1, "{r:?}");
+    let hit = e.generate(&prompt, &greedy(4), |_| {}).await.unwrap();
+    assert_eq!((hit.cached_tokens, hit.tokens), (prompt.len() - 1, want));
+}
+
+gpu_test!(a_name_is_rendered_as_plain_text_where_the_template_uses_it_and_refused_elsewhere, message_names);
+
+/// OpenAI's `name` on a message: refused where the model's template does not render it (the
+/// tiny model's ChatML), encoded as plain text where it does (control-token text in it stays
+/// text).
+async fn message_names() {
+    let e = tiny(EngineOptions::default()).await;
+    let named = vec![Message::new("user", "hi").named("ann")];
+    let err = e.encode_chat(&named).unwrap_err();
+    assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("messages[0].name")), "{err}");
+    let template = "{% for m in messages %}<|im_start|>{{ m.role }}{% if m.name is defined %} [{{ m.name }}]{% endif %}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    let file = hotprefix::testmodel::tiny_gguf_with(1, |md, _| {
+        md.insert("tokenizer.chat_template".into(), hotprefix::gguf::Value::Str(template.into()));
+    });
+    let gpu = Gpu::new().await.unwrap();
+    let e = Engine::load(gpu, &file, EngineOptions::default()).await.unwrap();
+    let t = e.tokenizer();
+    let ids = e.encode_chat(&[Message::new("user", "hi").named("<|im_start|>")]).unwrap();
+    let mut want = t.encode_with_special("<|im_start|>user [").unwrap();
+    want.extend(t.encode_text("<|im_start|>").unwrap());
+    want.extend(t.encode_with_special("]").unwrap()); // trim_blocks drops the newline after `endif`
+    want.extend(t.encode_text("hi").unwrap());
+    want.extend(t.encode_with_special("<|im_end|>\n<|im_start|>assistant\n").unwrap());
+    assert_eq!(ids, want, "the name is plain text, the template's markers control tokens");
+    let plain = e.encode_chat(&[Message::new("user", "hi")]).unwrap();
+    assert!(plain.len() < ids.len(), "without a name, none is rendered");
+}

@@ -1,17 +1,27 @@
 //! Writes the tiny random-weight test model (`hotprefix::testmodel::tiny_gguf(1)`) to the path
-//! given and prints a summary: `cargo run -p hotprefix-cli --example make_tiny_model -- OUT.gguf`
-//! (or scripts/make-tiny-model.sh).
+//! given and prints a summary: `cargo run -p hotprefix-cli --example make_tiny_model -- OUT.gguf
+//! [kv-heavy]` (or scripts/make-tiny-model.sh). `kv-heavy` writes `TinyShape::KV_HEAVY` instead
+//! (16 KiB of K/V a position for little compute: tests and benchmarks of large resident caches).
 
 use hotprefix::gguf::Gguf;
 use hotprefix::model::Config;
 use hotprefix::testmodel;
 
 fn main() {
-    let Some(path) = std::env::args().nth(1) else {
-        eprintln!("usage: make_tiny_model OUT.gguf");
+    let args: Vec<String> = std::env::args().collect();
+    let shape = match args.get(2).map(String::as_str) {
+        None => testmodel::TinyShape::DEFAULT,
+        Some("kv-heavy") => testmodel::TinyShape::KV_HEAVY,
+        Some(other) => {
+            eprintln!("unknown shape {other:?}: kv-heavy, or none for the default");
+            std::process::exit(2);
+        }
+    };
+    let Some(path) = args.get(1) else {
+        eprintln!("usage: make_tiny_model OUT.gguf [kv-heavy]");
         std::process::exit(2);
     };
-    let bytes = testmodel::tiny_gguf(1);
+    let bytes = testmodel::tiny_gguf_shaped(1, shape);
     if let Err(e) = std::fs::write(&path, &bytes) {
         eprintln!("{path}: {e}");
         std::process::exit(1);

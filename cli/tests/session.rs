@@ -103,3 +103,45 @@ fn a_long_chat_through_session_stdin_reuses_every_turn_and_overflows_rarely() {
     assert!(overflows >= 2, "the context window overflowed {overflows} times: the test must exercise overflows");
     assert!(overflows * 3 <= QUESTIONS.len(), "{overflows} overflows in {} turns: not rare", QUESTIONS.len());
 }
+
+/// The report's three requests (a prompt shorter than a KV page, prewarmed, then answered twice)
+/// with a line that is not UTF-8, blank lines, and a line with a field hotprefix does not
+/// implement in between: the bad lines get one error object each, blank lines nothing, and the
+/// third request still reuses the prompt.
+#[test]
+fn bad_and_blank_lines_do_not_end_the_session_and_a_short_prompt_keeps_hitting() {
+    let model = repo().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.exists(), "missing test data: {} (run scripts/fetch-model.sh)", model.display());
+    let req = |max: u32| json!({"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}], "max_tokens": max}).to_string();
+    let mut input: Vec<u8> = Vec::new();
+    for line in [req(0), req(8)] {
+        input.extend_from_slice(line.as_bytes());
+        input.push(b'\n');
+    }
+    input.extend_from_slice(b"{\"messages\": [{\"role\": \"user\", \"content\": \"caf\xe9\"}]}\n");
+    input.extend_from_slice(b"   \n\n\t\r\n");
+    let unsupported = json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}});
+    input.extend_from_slice(format!("{unsupported}\n{}\n", req(8)).as_bytes());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hotprefix"))
+        .args(["session", "--requests", "-", "--model"])
+        .arg(&model)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start hotprefix session");
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the session ended with {}", out.status);
+    let lines: Vec<Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 5, "one answer a non-blank line: {lines:#?}");
+    let cached = |v: &Value| v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
+    let prompt = lines[0]["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt < 16, "the prompt ({prompt} tokens) is shorter than a KV page of 16");
+    assert_eq!(cached(&lines[1]), Some(prompt - 1), "{}", lines[1]);
+    assert_eq!(lines[2]["error"]["type"], "InvalidArgumentError", "{}", lines[2]);
+    assert!(lines[2]["error"]["message"].as_str().unwrap().contains("not valid UTF-8"), "{}", lines[2]);
+    assert_eq!(lines[3]["error"]["type"], "InvalidArgumentError", "{}", lines[3]);
+    assert!(lines[3]["error"]["message"].as_str().unwrap().contains("`response_format`"), "{}", lines[3]);
+    assert_eq!(cached(&lines[4]), Some(prompt - 1), "the third request reuses the prompt: {}", lines[4]);
+    assert_eq!(lines[4]["text"], lines[1]["text"]);
+}
