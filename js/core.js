@@ -4,15 +4,16 @@
 
 import init, { Engine as WasmEngine, lastPanic, onPanic } from './wasm/hotprefix.js';
 import {
-  HotprefixError, WebGPUUnavailableError, ModelLoadError, AbortError, InvalidRequestError, fromEngine, crashError,
+  HotprefixError, WebGPUUnavailableError, ModelLoadError, DeviceLostError, AbortError, InvalidRequestError, fromEngine, crashError,
 } from './errors.js';
 
 import { MODEL_CACHE, SAVED_DIR } from './names.js';
 
 // A panic in the wasm engine (a bug) traps the instance (`panic = "abort"`): nothing in it can be
 // used again, so every engine in this thread fails from then on with the EngineCrashedError
-// below. The engine's panic hook tells us the message before the trap; a trap without one (stack
-// overflow, out of memory) is caught where a call throws it.
+// below. The engine's panic hook tells us the message before the trap. A trap that bypasses the
+// hook (an allocation failure, a stack overflow, `unreachable`) is caught where a call throws it,
+// or, inside an async call, where it surfaces: as an uncaught error of this thread.
 let crashed = null;
 const guards = new Set(); // the reject functions of the guarded promises still pending
 function crash(message, cause) {
@@ -24,7 +25,7 @@ function crash(message, cause) {
   return crashed;
 }
 // `promise`, rejected with the crash error if the instance crashes first: every call into the
-// engine is guarded, because a panic inside an async call leaves its promise pending forever.
+// engine is guarded, because a trap inside an async call leaves its promise pending forever.
 function guarded(promise) {
   if (crashed) return Promise.reject(crashed);
   return new Promise((resolve, reject) => {
@@ -32,26 +33,34 @@ function guarded(promise) {
     Promise.resolve(promise).then((v) => { guards.delete(reject); resolve(v); }, (e) => { guards.delete(reject); reject(e); });
   });
 }
-const isTrap = (e) => typeof WebAssembly !== 'undefined' && e instanceof WebAssembly.RuntimeError;
+// A trap of a wasm instance: WebAssembly.RuntimeError (unreachable, out of bounds, an allocation
+// failure), or the RangeError of a stack overflow inside wasm code.
+const isTrap = (e) => typeof WebAssembly !== 'undefined'
+  && (e instanceof WebAssembly.RuntimeError || (e instanceof RangeError && /call stack/i.test(e.message) && /wasm/.test(e.stack ?? '')));
+// The panic's message, when the hook saw one, else the trap's own.
+function trapMessage(e) {
+  let message = null;
+  try {
+    message = lastPanic() ?? null;
+  } catch {
+    // the instance is too broken to say
+  }
+  return message ?? `${e?.name ?? 'Error'}: ${e?.message ?? e} (a trap without a panic message)`;
+}
 // The package error for what a call into the engine threw.
 function engineError(e, phase) {
-  if (isTrap(e)) {
-    let message = null;
-    try {
-      message = lastPanic() ?? null;
-    } catch {
-      // the instance is too broken to say
-    }
-    return crash(message ?? `${e.message} (no panic message)`, e);
-  }
+  if (isTrap(e)) return crash(trapMessage(e), e);
   return fromEngine(e, phase);
 }
-// The trap itself surfaces as an uncaught error (from the task queue of the async call): it is
-// reported as EngineCrashedError already, so it is not reported twice.
+// A trap inside an async call surfaces as an uncaught error of this thread (from the task queue of
+// the async call), not from the call: while a call into the engine is pending, it is that call's
+// crash. It is reported once, as the EngineCrashedError, not again as an uncaught error.
 for (const type of ['error', 'unhandledrejection']) {
   globalThis.addEventListener?.(type, (ev) => {
     const e = ev.error ?? ev.reason;
-    if (crashed && isTrap(e)) ev.preventDefault();
+    if (!isTrap(e)) return;
+    if (!crashed && guards.size > 0) crash(trapMessage(e), e);
+    if (crashed) ev.preventDefault();
   });
 }
 
@@ -77,6 +86,11 @@ async function openCache() {
   }
 }
 
+// Bytes allocated up front for a download, whatever its Content-Length says: the buffer grows
+// (doubling, up to the declared length) as the bytes arrive, so a huge or wrong header costs
+// nothing before the bytes are there.
+const FIRST_ALLOCATION = 64 << 20;
+
 /** Reads `res`'s body with progress; checks the length against Content-Length. */
 async function readBody(res, url, onProgress) {
   const encoded = (res.headers.get('content-encoding') ?? 'identity') !== 'identity';
@@ -84,34 +98,35 @@ async function readBody(res, url, onProgress) {
   const total = !encoded && Number.isSafeInteger(declared) && declared > 0 ? declared : null;
   if (!res.body) throw new ModelLoadError(`${url}: the response has no body`);
   const reader = res.body.getReader();
-  let bytes = total !== null ? new Uint8Array(total) : null;
-  const parts = [];
+  let bytes = null;
   let loaded = 0;
   try {
+    bytes = new Uint8Array(Math.min(total ?? FIRST_ALLOCATION, FIRST_ALLOCATION));
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
-      if (bytes && loaded + value.length > total) {
+      if (total !== null && loaded + value.length > total) {
         throw new ModelLoadError(`${url}: more bytes than the ${total} its Content-Length declares`);
       }
-      if (bytes) bytes.set(value, loaded); else parts.push(value);
+      if (loaded + value.length > bytes.length) {
+        const grown = new Uint8Array(Math.min(total ?? Infinity, Math.max(2 * bytes.length, loaded + value.length)));
+        grown.set(bytes.subarray(0, loaded));
+        bytes = grown;
+      }
+      bytes.set(value, loaded);
       loaded += value.length;
       onProgress({ phase: 'download', loaded, total });
     }
   } catch (e) {
     reader.cancel().catch(() => {}); // stop the download
     if (e instanceof HotprefixError) throw e;
-    throw new ModelLoadError(`${url}: download failed after ${loaded}${total ? ` of ${total}` : ''} bytes: ${e?.message ?? e}`, { cause: e });
+    const what = e instanceof RangeError ? 'out of memory' : 'download failed';
+    throw new ModelLoadError(`${url}: ${what} after ${loaded}${total ? ` of ${total}` : ''} bytes: ${e?.message ?? e}`, { cause: e });
   }
   if (total !== null && loaded < total) {
     throw new ModelLoadError(`${url}: truncated download: ${loaded} of ${total} bytes`);
   }
-  if (!bytes) {
-    bytes = new Uint8Array(loaded);
-    let at = 0;
-    for (const p of parts) { bytes.set(p, at); at += p.length; }
-  }
-  return bytes;
+  return loaded === bytes.length ? bytes : bytes.slice(0, loaded);
 }
 
 /**
@@ -167,6 +182,9 @@ function checkOptions(o) {
     }
   }
   if (o.contextSize != null && !Number.isInteger(o.contextSize)) throw new InvalidRequestError('contextSize must be an integer');
+  if (o.pageSize != null && !(Number.isInteger(o.pageSize) && o.pageSize >= 1 && o.pageSize <= 1024)) {
+    throw new InvalidRequestError('pageSize must be an integer from 1 to 1024');
+  }
 }
 
 /** One loaded engine and its request queue. */
@@ -197,7 +215,7 @@ export class Core {
 
   /**
    * Downloads (or reads from the cache) and loads a model. `opts`: {model, sha256, kvBudgetMB,
-   * contextSize, wasmUrl}; `onProgress({phase, loaded, total, cached?})` with phase 'download',
+   * contextSize, pageSize, wasmUrl}; `onProgress({phase, loaded, total, cached?})` with phase 'download',
    * 'upload' or 'ready'.
    */
   static async load(opts, onProgress = () => {}) {
@@ -223,37 +241,35 @@ export class Core {
       src = await modelBytes(opts.model, onProgress, { skipCache: true });
       sha = await digest(src.bytes, opts.sha256, null, what);
     }
-    let { bytes } = src;
-    let cache = null;
-    if (src.url && !src.cached && /^https?:/.test(src.url)) {
-      // Best effort: a full quota must not fail a load whose download succeeded.
-      try {
-        cache = await openCache();
-        const headers = { 'content-type': 'application/octet-stream', 'content-length': String(bytes.length) };
-        if (sha) headers['x-hotprefix-sha256'] = sha;
-        await cache?.put(src.url, new Response(bytes, { headers }));
-      } catch (e) {
-        console.warn(`hotprefix: the model was not stored in Cache Storage: ${e?.message ?? e}`);
-        cache = null;
-      }
-    }
-    onProgress({ phase: 'upload', loaded: 0, total: bytes.length });
+    const file = src.bytes;
+    src.bytes = null;
+    onProgress({ phase: 'upload', loaded: 0, total: file.length });
     let engine;
     try {
       // The engine reads the header, then one tensor at a time, converting and uploading each
-      // before it reads the next: the wasm heap never holds the whole file, and once the weights
-      // are on the GPU nothing refers to these bytes.
-      const file = bytes;
-      const pending = WasmEngine.load((offset, length) => file.subarray(offset, offset + length), file.length,
-        opts.contextSize ?? undefined, opts.kvBudgetMB ?? undefined,
-        (loaded, total) => onProgress({ phase: 'upload', loaded, total }));
-      bytes = null;
-      src.bytes = null;
-      engine = await guarded(pending);
+      // before it reads the next: the wasm heap never holds the whole file.
+      engine = await guarded(WasmEngine.load((offset, length) => file.subarray(offset, offset + length), file.length,
+        opts.contextSize ?? undefined, opts.kvBudgetMB ?? undefined, opts.pageSize ?? undefined,
+        (loaded, total) => onProgress({ phase: 'upload', loaded, total })));
     } catch (e) {
       const err = engineError(e, 'load');
-      if (src.url && err instanceof ModelLoadError) await (cache ?? await openCache())?.delete(src.url);
+      // A cached file that no longer loads (it crashes the loader, or this version refuses it)
+      // is dropped, so that the next load fetches it again; a missing GPU is not the file's fault.
+      if (src.cached && !(err instanceof WebGPUUnavailableError || err instanceof DeviceLostError)) {
+        await (await openCache())?.delete(src.url);
+      }
       throw err;
+    }
+    // Only a file that loaded is kept in Cache Storage. Best effort: a full quota must not fail
+    // a load that succeeded. Then nothing refers to the file's bytes any more.
+    if (src.url && !src.cached && /^https?:/.test(src.url)) {
+      try {
+        const headers = { 'content-type': 'application/octet-stream', 'content-length': String(file.length) };
+        if (sha) headers['x-hotprefix-sha256'] = sha;
+        await (await openCache())?.put(src.url, new Response(file, { headers }));
+      } catch (e) {
+        console.warn(`hotprefix: the model was not stored in Cache Storage: ${e?.message ?? e}`);
+      }
     }
     const core = new Core(engine, exports, sha);
     if (opts.restoreCache) core.restored = await core.restore();
@@ -321,7 +337,11 @@ export class Core {
   }
 
   stats() {
-    return this.#enqueue(async () => ({ ...this.#engine.cacheStats(), saved_bytes: (await this.#savedFile())?.size ?? 0 }));
+    return this.#enqueue(async () => ({
+      ...this.#engine.cacheStats(),
+      saved_bytes: (await this.#savedFile())?.size ?? 0,
+      wasm_heap_bytes: this.exports.memory.buffer.byteLength,
+    }));
   }
 
   // The saved cache's file handle in OPFS (created when `create`), or null.
@@ -348,38 +368,53 @@ export class Core {
   persist() {
     return this.#enqueue(async () => {
       if (!this.modelKey) throw new HotprefixError('saving the cache needs the model\'s sha256 (crypto.subtle: https or localhost)');
-      let file;
-      try {
-        file = await this.#engine.saveCache(this.modelKey);
-      } catch (e) {
-        throw engineError(e, 'request');
-      }
       const handle = await this.#savedHandle(true);
-      try {
-        if (handle.createWritable) {
-          const w = await handle.createWritable();
-          try {
-            await w.write(file);
-            await w.close();
-          } catch (e) {
-            await w.abort().catch(() => {}); // the previous file stays as it was
-            throw e;
-          }
-        } else { // Safari before 26: only sync access handles, in workers
-          const h = await handle.createSyncAccessHandle();
-          try {
-            h.truncate(0);
-            h.write(file, { at: 0 });
-            h.flush();
-          } finally {
-            h.close();
-          }
+      // The engine hands the file over a batch of pages at a time (8 MiB at most), each copied
+      // out of the wasm heap and written before the next is read: neither heap holds the file.
+      let bytes = 0;
+      let failed = null; // a write error, kept apart from the engine's own errors
+      const save = async (write) => {
+        try {
+          await this.#engine.saveCache(this.modelKey, async (chunk) => {
+            try {
+              await write(chunk, bytes);
+            } catch (e) {
+              failed = e;
+              throw e;
+            }
+            bytes += chunk.length;
+          });
+        } catch (e) {
+          if (failed) throw new HotprefixError(`cannot write the saved cache: ${failed?.message ?? failed}`, { cause: failed });
+          throw engineError(e, 'request');
         }
-      } catch (e) {
-        throw new HotprefixError(`cannot write the saved cache: ${e?.message ?? e}`, { cause: e });
+      };
+      if (handle.createWritable) {
+        let w;
+        try {
+          w = await handle.createWritable(); // a swap file: the saved one changes only at close()
+        } catch (e) {
+          throw new HotprefixError(`cannot write the saved cache: ${e?.message ?? e}`, { cause: e });
+        }
+        try {
+          await save((chunk) => w.write(chunk));
+          await w.close();
+        } catch (e) {
+          await w.abort().catch(() => {}); // the previous file stays as it was
+          throw e instanceof HotprefixError ? e : new HotprefixError(`cannot write the saved cache: ${e?.message ?? e}`, { cause: e });
+        }
+      } else { // Safari before 26: only sync access handles, in workers
+        const h = await handle.createSyncAccessHandle();
+        try {
+          h.truncate(0);
+          await save((chunk, at) => { h.write(chunk, { at }); });
+          h.flush();
+        } finally {
+          h.close();
+        }
       }
       const stats = this.#engine.cacheStats();
-      return { bytes: file.length, prefixes: stats.prefixes.length, tokens: stats.prefixes.reduce((a, p) => a + p.tokens, 0) };
+      return { bytes, prefixes: stats.prefixes.length, tokens: stats.prefixes.reduce((a, p) => a + p.tokens, 0) };
     });
   }
 
@@ -443,6 +478,11 @@ export class Core {
     return this.#enqueue(() => this.#engine._panicForTest(message));
   }
 
+  /** Traps inside the engine on purpose, without a panic (tests of EngineCrashedError). */
+  trapForTest(kind) {
+    return this.#enqueue(() => this.#engine._trapForTest(kind));
+  }
+
   /** Waits for the queue, frees every GPU buffer and the engine; later calls reject. After a
    * crash nothing is called in the instance: its memory goes with the worker or the page. */
   unload() {
@@ -489,6 +529,7 @@ export class Host {
       case 'forget': return core.forget();
       case 'loseDevice': return core.loseDevice();
       case 'panicForTest': return core.panicForTest(args?.message);
+      case 'trapForTest': return core.trapForTest(args?.kind);
       default: throw new HotprefixError(`unknown operation ${op}`);
     }
   }

@@ -83,9 +83,18 @@ export class EngineCrashedError extends HotprefixError {
   }
 }
 
+/** The model produced logits no token can be chosen from (all NaN): a fault in the model file's
+ * weights or in the GPU, not in the request. That request fails; the engine stays usable. */
+export class NumericsError extends HotprefixError {
+  constructor(message, options = {}) {
+    super(message, options);
+    this.name = 'NumericsError';
+  }
+}
+
 const CLASSES = {
   HotprefixError, WebGPUUnavailableError, ModelLoadError, DeviceLostError, ContextOverflowError,
-  KvBudgetError, AbortError, InvalidRequestError, EngineCrashedError,
+  KvBudgetError, AbortError, InvalidRequestError, EngineCrashedError, NumericsError,
 };
 
 /** The EngineCrashedError for a panic `message` (or, without one, the trap itself). */
@@ -112,6 +121,7 @@ export function fromEngine(e, phase) {
     case 'DeviceLostError': return new DeviceLostError(message, opts);
     case 'ContextFullError': return new ContextOverflowError(message, opts);
     case 'CacheFullError': return new KvBudgetError(message, opts);
+    case 'NumericsError': return new NumericsError(message, opts);
     case 'TooLargeError':
       // A KV budget past the adapter's limits, or a weight larger than one binding may be.
       return /KV budget/.test(message) ? new KvBudgetError(message, opts)

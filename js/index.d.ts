@@ -23,6 +23,8 @@ export interface CreateEngineOptions {
   kvBudgetMB?: number;
   /** Positions one request may use, prompt and completion (default: the model's context). */
   contextSize?: number;
+  /** Positions per KV page (default 16, 1 to 1024): the granularity of sharing and eviction. */
+  pageSize?: number;
   /** The `model` field of results (default: the file name without .gguf). */
   modelId?: string;
   /** Make the prefixes saved by `engine.cache.persist()` resident again at load (default false). */
@@ -32,6 +34,8 @@ export interface CreateEngineOptions {
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant' | (string & {});
   content: string;
+  /** The author's name, for chat templates that render it (refused where the template does not). */
+  name?: string;
   /** Never dropped by head truncation (system messages never are). */
   pinned?: boolean;
 }
@@ -46,7 +50,12 @@ export interface ChatCompletionCreateParams {
   top_p?: number | null;
   top_k?: number | null;
   repetition_penalty?: number | null;
+  /** OpenAI's: lowers a token's logit by this times its count in the completion so far; [-2, 2]. */
+  frequency_penalty?: number | null;
+  /** OpenAI's: lowers the logit of every token already in the completion by this; [-2, 2]. */
+  presence_penalty?: number | null;
   seed?: number | null;
+  /** At most 16 strings of 1 to 256 characters. */
   stop?: string | string[] | null;
   /** Prefixes are shared only between requests with the same salt. */
   cache_salt?: string | null;
@@ -141,7 +150,8 @@ export interface ChatCompletionChunk {
   hotprefix?: HotprefixReport;
 }
 
-/** The chunks of a streamed completion; leaving the loop early aborts the request. */
+/** The chunks of a streamed completion; leaving the loop early aborts the request. It can be
+ * iterated once: a second iteration throws a TypeError. */
 export interface ChatCompletionStream extends AsyncIterable<ChatCompletionChunk> {
   controller: AbortController;
 }
@@ -165,6 +175,8 @@ export interface CacheStats {
   prefixes: ResidentPrefix[];
   /** Size of this model's saved cache in OPFS, 0 when none. */
   saved_bytes: number;
+  /** The engine's wasm heap, in bytes (it never shrinks: its peak so far). */
+  wasm_heap_bytes: number;
 }
 
 /** What `restoreCache` did at load. */
@@ -254,3 +266,6 @@ export class InvalidRequestError extends HotprefixError { name: 'InvalidRequestE
 /** A bug in hotprefix crashed the engine (a Rust panic, whose message the error's message
  * includes); this engine, and every one in the same thread, is unusable. */
 export class EngineCrashedError extends HotprefixError { name: 'EngineCrashedError'; }
+/** The model produced logits no token can be chosen from (all NaN): a fault in the model file or
+ * the GPU. The request fails; the engine stays usable. */
+export class NumericsError extends HotprefixError { name: 'NumericsError'; }

@@ -4,18 +4,21 @@
 import { canonicalJSON } from './canonical.js';
 import {
   HotprefixError, WebGPUUnavailableError, ModelLoadError, DeviceLostError, ContextOverflowError,
-  KvBudgetError, AbortError, InvalidRequestError, EngineCrashedError, fromWire,
+  KvBudgetError, AbortError, InvalidRequestError, EngineCrashedError, NumericsError, fromWire, crashError,
 } from './errors.js';
 
 export {
   canonicalJSON, HotprefixError, WebGPUUnavailableError, ModelLoadError, DeviceLostError,
-  ContextOverflowError, KvBudgetError, AbortError, InvalidRequestError, EngineCrashedError,
+  ContextOverflowError, KvBudgetError, AbortError, InvalidRequestError, EngineCrashedError, NumericsError,
 };
 
 export { MODEL_CACHE, SAVED_DIR } from './names.js';
 
 // Request fields hotprefix does not implement: refused rather than silently ignored.
 const UNSUPPORTED = ['tools', 'tool_choice', 'functions', 'function_call', 'response_format', 'logprobs', 'top_logprobs', 'logit_bias', 'audio', 'modalities'];
+
+// Numeric request fields: checked here, since JSON turns NaN and Infinity into null.
+const NUMBERS = ['max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'repetition_penalty', 'frequency_penalty', 'presence_penalty', 'seed'];
 
 const aborted = () => new AbortError('the request was aborted before it started');
 
@@ -31,18 +34,36 @@ class WorkerBackend {
       const p = this.pending.get(data?.id);
       if (!p) return;
       if (data.type === 'result') p.settle(() => p.resolve(data.value));
-      else if (data.type === 'error') p.settle(() => p.reject(fromWire(data.error)));
-      else p.onEvent?.(data);
+      else if (data.type === 'error') {
+        const err = fromWire(data.error);
+        // The engine's instance in the worker is gone: every call fails with its crash, and the
+        // worker goes (createEngine makes a new one).
+        if (err instanceof EngineCrashedError) this.#die(err);
+        else p.settle(() => p.reject(err));
+      } else p.onEvent?.(data);
     };
     const fail = (what) => (e) => {
-      this.dead = new HotprefixError(`the hotprefix worker ${what}: ${e?.message ?? 'no detail (see the console)'}`);
-      for (const p of [...this.pending.values()]) p.settle(() => p.reject(this.dead));
+      const detail = e?.message ?? 'no detail (see the console)';
+      // A trap the worker could not attribute to a call is still the engine's crash.
+      this.#die(/RuntimeError|unreachable|call stack/i.test(detail)
+        ? crashError(`the worker ${what}: ${detail}`)
+        : new HotprefixError(`the hotprefix worker ${what}: ${detail}`));
+      e?.preventDefault?.();
     };
     this.worker.onerror = fail('failed');
     this.worker.onmessageerror = fail('sent a message that could not be read');
   }
 
+  #die(err) {
+    this.dead ??= err;
+    this.crashed = this.dead instanceof EngineCrashedError;
+    if (this.crashed) this.worker.terminate();
+    for (const p of [...this.pending.values()]) p.settle(() => p.reject(this.dead));
+  }
+
   call(op, args, { onEvent, signal } = {}) {
+    // Unloading a crashed engine has nothing left to free: its worker is gone.
+    if (this.dead && this.crashed && op === 'unload') return Promise.resolve();
     if (this.dead) return Promise.reject(this.dead);
     if (signal?.aborted) return Promise.reject(aborted());
     const id = this.next++;
@@ -110,6 +131,13 @@ function engineRequest(params) {
   for (const [i, m] of rest.messages.entries()) {
     if (!m || typeof m !== 'object' || typeof m.role !== 'string' || typeof m.content !== 'string') {
       throw new InvalidRequestError(`messages[${i}] must be {role: string, content: string}`);
+    }
+    if (m.name != null && typeof m.name !== 'string') throw new InvalidRequestError(`messages[${i}].name must be a string`);
+  }
+  // JSON has no NaN or Infinity (they would reach the engine as null).
+  for (const k of NUMBERS) {
+    if (rest[k] != null && !(typeof rest[k] === 'number' && Number.isFinite(rest[k]))) {
+      throw new InvalidRequestError(`${k} must be a finite number`);
     }
   }
   if (n != null && n !== 1) throw new InvalidRequestError('n must be 1');
@@ -205,6 +233,12 @@ class Engine {
     return this.#backend.call('panicForTest', { message: String(message) });
   }
 
+  /** Test only: makes the engine trap without a panic (`'oom'`, `'stack'` or `'unreachable'`), as
+   * an allocation failure or a stack overflow would. The engine is unusable afterwards. */
+  _trapForTest(kind = 'unreachable') {
+    return this.#backend.call('trapForTest', { kind: String(kind) });
+  }
+
   /** Waits for running requests, frees the model's GPU memory and stops the worker. */
   async unload() {
     try {
@@ -224,6 +258,7 @@ class ChunkStream {
   #wake = null;
   #done = false;
   #error = null;
+  #iterated = false;
 
   constructor(start, signal) {
     this.controller = new AbortController();
@@ -237,7 +272,14 @@ class ChunkStream {
       .finally(() => { this.#done = true; signal?.removeEventListener('abort', onAbort); wake(); });
   }
 
-  async *[Symbol.asyncIterator]() {
+  [Symbol.asyncIterator]() {
+    // One consumer, as OpenAI's Stream allows: a second would wait for chunks the first took.
+    if (this.#iterated) throw new TypeError('this stream is already being iterated (or was): a stream can be iterated once');
+    this.#iterated = true;
+    return this.#iterate();
+  }
+
+  async *#iterate() {
     try {
       for (;;) {
         // Deltas already on their way when the abort was sent are dropped.
@@ -263,11 +305,12 @@ class ChunkStream {
 /**
  * Loads a model and returns its engine. Options: `model` (URL or ArrayBuffer/Uint8Array), `sha256`
  * (hex), `onProgress({phase, loaded, total})`, `worker` (default true), `kvBudgetMB`,
- * `contextSize`, `modelId` (the `model` field of results).
+ * `contextSize`, `pageSize` (positions per KV page, default 16), `modelId` (the `model` field of
+ * results).
  */
 export async function createEngine(options = {}) {
   if (!options || typeof options !== 'object') throw new InvalidRequestError('createEngine() takes an options object');
-  const { model, sha256, onProgress, worker = true, kvBudgetMB, contextSize, modelId, restoreCache = false } = options;
+  const { model, sha256, onProgress, worker = true, kvBudgetMB, contextSize, pageSize, modelId, restoreCache = false } = options;
   if (model == null) throw new InvalidRequestError('options.model is required: a URL or an ArrayBuffer');
   if (onProgress != null && typeof onProgress !== 'function') throw new InvalidRequestError('onProgress must be a function');
   let source = model;
@@ -284,7 +327,7 @@ export async function createEngine(options = {}) {
   }
   const backend = worker === false ? new LocalBackend() : new WorkerBackend();
   try {
-    const info = await backend.call('load', { model: source, sha256, kvBudgetMB, contextSize, restoreCache: restoreCache === true }, {
+    const info = await backend.call('load', { model: source, sha256, kvBudgetMB, contextSize, pageSize, restoreCache: restoreCache === true }, {
       onEvent: (m) => m.type === 'progress' && onProgress?.(m.progress),
     });
     return new Engine(backend, info, id ?? 'hotprefix');

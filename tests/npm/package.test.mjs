@@ -17,6 +17,7 @@ import { serve, CHROMIUM, corruptSavedCache } from '../page/serve.mjs';
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const HERE = fileURLToPath(new URL('./', import.meta.url));
 const TINY = join(ROOT, 'models/tiny-llama.gguf');
+const KV_HEAVY = join(ROOT, 'models/tiny-kv-heavy.gguf');
 const sh = (cmd, args, opts = {}) => execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], ...opts });
 
 let work, tgz, server, browser, page, tinyBytes;
@@ -26,6 +27,7 @@ before(async () => {
   tgz = process.env.HOTPREFIX_TGZ || sh('bash', [join(ROOT, 'scripts/pack.sh')]).trim().split('\n').pop();
   assert.ok(existsSync(tgz), `no tarball at ${tgz}`);
   if (!existsSync(TINY)) sh('bash', [join(ROOT, 'scripts/make-tiny-model.sh'), TINY]);
+  if (!existsSync(KV_HEAVY)) sh('bash', [join(ROOT, 'scripts/make-tiny-model.sh'), KV_HEAVY, 'kv-heavy']);
   tinyBytes = readFileSync(TINY);
   work = mkdtempSync(join(tmpdir(), 'hotprefix-app-'));
   cpSync(join(HERE, 'app'), work, { recursive: true });
@@ -44,6 +46,11 @@ before(async () => {
       res.write(tinyBytes.subarray(0, tinyBytes.length >> 1), () => setTimeout(() => res.destroy(), 50));
     },
     '/bad/not-a-model.gguf': (req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><p>Not found, but with a 200</p>'),
+    // A Content-Length of 9 PB: no buffer of that size may be allocated before the bytes come.
+    '/bad/huge-length.gguf': (req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': '9000000000000000' });
+      res.write(tinyBytes.subarray(0, 4096), () => setTimeout(() => res.destroy(), 50));
+    },
   };
   server = await serve(join(work, 'dist'), { '/models/': join(ROOT, 'models'), '/package/': join(work, 'node_modules/hotprefix') }, bad);
   browser = await chromium.launch(CHROMIUM);
@@ -200,6 +207,143 @@ test('abort: a queued request is removed, a running one stops, and the same requ
   assert.ok(r.afterCached > 0, 'and it reused what the aborted request left resident');
 });
 
+test('a prompt shorter than a KV page keeps hitting, and stats() and persist() return', { timeout: 300_000 }, async () => {
+  // The report's three requests: the prompt fits in one page, the second answer grows it past
+  // the page, whose full first page supersedes the partial one in the prefix index.
+  const r = await page.evaluate(async () => {
+    const e = await window.hotprefix.createEngine({ model: '/models/tiny-llama.gguf', kvBudgetMB: 4, pageSize: 28 });
+    await e.cache.forget();
+    const req = (max_tokens) => ({ messages: [{ role: 'system', content: '' }, { role: 'user', content: 'hi' }], max_tokens });
+    const a = await e.chat.completions.create(req(0));
+    const b = await e.chat.completions.create(req(8));
+    const c = await e.chat.completions.create(req(8));
+    const stats = await e.cache.stats();
+    const persisted = await e.cache.persist();
+    await e.cache.forget();
+    await e.unload();
+    const usage = (x) => ({ prompt: x.usage.prompt_tokens, completion: x.usage.completion_tokens, cached: x.usage.prompt_tokens_details.cached_tokens });
+    return { a: usage(a), b: usage(b), c: usage(c), prefixes: stats.prefixes, persisted, text: [b.choices[0].message.content, c.choices[0].message.content] };
+  });
+  const n = r.a.prompt;
+  assert.ok(n < 28, `the prompt (${n} tokens) is shorter than a page of 28`);
+  assert.ok(n + r.b.completion - 1 > 28, `the second request leaves more than a page resident: ${JSON.stringify(r.b)}`);
+  assert.equal(r.b.cached, n - 1, JSON.stringify(r.b));
+  assert.equal(r.c.cached, n - 1, `the third request reuses the prompt: ${JSON.stringify(r.c)}`);
+  assert.equal(r.text[1], r.text[0]);
+  assert.equal(r.prefixes.length, 1, JSON.stringify(r.prefixes));
+  assert.ok(r.persisted.bytes > 0 && r.persisted.prefixes === 1, JSON.stringify(r.persisted));
+});
+
+test('a stream can be iterated once: a second iteration is a TypeError, and the first still ends', { timeout: 300_000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const e = window.engine;
+    const stream = await e.chat.completions.create({ messages: [{ role: 'user', content: 'Tell me about foxes.' }], max_tokens: 6, stream: true });
+    const chunks = [];
+    const first = (async () => { for await (const c of stream) chunks.push(c); })();
+    let second = null;
+    try {
+      for await (const c of stream) chunks.push(c);
+      second = 'iterated';
+    } catch (ex) {
+      second = { isTypeError: ex instanceof TypeError, message: ex.message };
+    }
+    await first;
+    return { second, chunks: chunks.length, finish: chunks.at(-1)?.choices[0]?.finish_reason };
+  });
+  assert.equal(r.second.isTypeError, true, JSON.stringify(r.second));
+  assert.ok(r.chunks >= 3 && r.finish, `the first iteration got the whole answer: ${JSON.stringify(r)}`);
+});
+
+test('persist() streams the cache to OPFS: the wasm heap grows by at most a batch, not by the cache', { timeout: 600_000 }, async () => {
+  const r = await page.evaluate(async () => {
+    // 16 KiB of K/V a position: 2,000 positions fill 32 MiB.
+    const e = await window.hotprefix.createEngine({ model: '/models/tiny-kv-heavy.gguf', kvBudgetMB: 40 });
+    await e.cache.forget();
+    const words = ['lock', 'ship', 'canal', 'water', 'gate', 'river', 'lake', 'dam'];
+    for (let d = 0; d < 8; d++) {
+      const text = Array.from({ length: 60 }, (_, i) => words[(i * 7 + d * 3 + (i >> d)) % words.length]).join(' ');
+      await e.chat.completions.create({ messages: [{ role: 'user', content: `${d}: ${text}` }], max_tokens: 0 });
+    }
+    const before = await e.cache.stats();
+    const persisted = await e.cache.persist();
+    const after = await e.cache.stats();
+    await e.cache.forget();
+    await e.unload();
+    await (await caches.open(window.hotprefix.MODEL_CACHE)).delete('/models/tiny-kv-heavy.gguf'); // the later tests count entries
+    return { used: before.bytes_used, heapBefore: before.wasm_heap_bytes, heapAfter: after.wasm_heap_bytes, persisted };
+  });
+  const mib = (b) => (b / 1048576).toFixed(1);
+  console.log(`persist: ${mib(r.persisted.bytes)} MiB saved, ${mib(r.used)} MiB of pages; wasm heap ${mib(r.heapBefore)} -> ${mib(r.heapAfter)} MiB`);
+  assert.ok(r.used >= 30 * 1048576, `the cache holds ${mib(r.used)} MiB`);
+  assert.ok(r.persisted.bytes >= r.used, JSON.stringify(r.persisted));
+  assert.ok(r.heapAfter - r.heapBefore <= 16 * 1048576, `the wasm heap grew by ${mib(r.heapAfter - r.heapBefore)} MiB saving ${mib(r.persisted.bytes)} MiB`);
+});
+
+test('a trap without a panic (out of memory, stack overflow, unreachable) is EngineCrashedError for every pending and later call; the worker goes', { timeout: 300_000 }, async () => {
+  const script = async ({ worker, kind }) => {
+    const { createEngine, EngineCrashedError } = window.hotprefix;
+    const caught = async (p) => {
+      try {
+        await p;
+        return { settled: 'resolved' };
+      } catch (e) {
+        return { crashed: e instanceof EngineCrashedError, name: e.name, message: e.message };
+      }
+    };
+    const terminate = Worker.prototype.terminate;
+    let terminated = 0;
+    Worker.prototype.terminate = function () { terminated++; return terminate.call(this); };
+    try {
+      const engine = await createEngine({ model: '/models/tiny-llama.gguf', worker });
+      // The trap is inside an async call; a request queued behind it is pending too.
+      const trap = engine._trapForTest(kind);
+      const queued = engine.chat.completions.create({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+      const first = await caught(trap);
+      const pending = await caught(queued);
+      const later = await caught(engine.cache.stats());
+      const before = terminated;
+      const unload = await caught(engine.unload());
+      return { first, pending, later, unload, terminatedByCrash: before };
+    } finally {
+      Worker.prototype.terminate = terminate;
+    }
+  };
+  const check = (r, what) => {
+    for (const k of ['first', 'pending', 'later']) {
+      assert.equal(r[k].crashed, true, `${what} ${k}: ${JSON.stringify(r[k])}`);
+    }
+    assert.equal(r.unload.settled, 'resolved', `${what}: unload settles`);
+  };
+  for (const kind of ['oom', 'stack', 'unreachable']) {
+    const r = await page.evaluate(script, { worker: true, kind });
+    check(r, `worker ${kind}`);
+    assert.equal(r.terminatedByCrash, 1, `worker ${kind}: the crashed engine's worker is terminated`);
+  }
+  const tokens = await page.evaluate(async () => {
+    const fresh = await window.hotprefix.createEngine({ model: '/models/tiny-llama.gguf' });
+    const a = await fresh.chat.completions.create({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    await fresh.unload();
+    return a.usage.completion_tokens;
+  });
+  assert.equal(tokens, 2, 'a new engine answers');
+  assert.deepEqual(errors, [], 'no uncaught errors on the page');
+  // In the page itself (worker: false), a page of its own: the instance is the page's.
+  for (const kind of ['oom', 'unreachable']) {
+    const p2 = await browser.newPage();
+    const p2errors = [];
+    p2.on('pageerror', (e) => p2errors.push(String(e)));
+    try {
+      await p2.goto(server.url);
+      await p2.waitForFunction(() => document.getElementById('status').textContent === 'ready');
+      const q = await p2.evaluate(script, { worker: false, kind });
+      check(q, `page ${kind}`);
+      assert.deepEqual(p2errors, [], `page ${kind}: the trap is reported once, as the error`);
+    } finally {
+      await p2.close();
+    }
+  }
+});
+
 test('bad request fields are InvalidRequestError; canonicalJSON sorts keys', { timeout: 120_000 }, async () => {
   const r = await page.evaluate(async () => {
     const { InvalidRequestError, canonicalJSON } = window.hotprefix;
@@ -213,6 +357,15 @@ test('bad request fields are InvalidRequestError; canonicalJSON sorts keys', { t
       { messages: [{ role: 'user', content: 'x' }], top_p: 2 },
       { messages: [{ role: 'user', content: 'x' }], n: 2 },
       { messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function' }] },
+      { messages: [{ role: 'user', content: 'x' }], temperature: NaN },
+      { messages: [{ role: 'user', content: 'x' }], top_p: Infinity },
+      { messages: [{ role: 'user', content: 'x' }], frequency_penalty: 3 },
+      { messages: [{ role: 'user', content: 'x' }], stop: Array.from({ length: 17 }, (_, i) => `s${i}`) },
+      { messages: [{ role: 'user', content: 'x' }], stop: 'x'.repeat(257) },
+      // A field the engine does not implement, refused by the engine itself.
+      { messages: [{ role: 'user', content: 'x' }], user: 'someone' },
+      // The tiny model's ChatML template does not render names: refused, not dropped.
+      { messages: [{ role: 'user', content: 'x', name: 'ann' }] },
     ];
     const out = [];
     for (const req of bad) {
@@ -223,11 +376,20 @@ test('bad request fields are InvalidRequestError; canonicalJSON sorts keys', { t
         out.push(e instanceof InvalidRequestError ? 'InvalidRequestError' : `${e.name}: ${e.message}`);
       }
     }
+    let nanMessage = null;
+    try {
+      await engine.chat.completions.create({ messages: [{ role: 'user', content: 'x' }], temperature: NaN });
+    } catch (e) {
+      nanMessage = e.message;
+    }
     const ok = await engine.chat.completions.create({ messages: [{ role: 'user', content: 'still fine' }], max_tokens: 2 });
-    return { out, ok: ok.usage.completion_tokens, canon: canonicalJSON({ b: [1, { d: 2, c: 'é' }], a: null, 10: true, 2: false, u: undefined }) };
+    const penalized = await engine.chat.completions.create({ messages: [{ role: 'user', content: 'still fine' }], max_tokens: 4, frequency_penalty: 1.5, presence_penalty: -0.5 });
+    return { out, nanMessage, ok: ok.usage.completion_tokens, penalized: penalized.usage.completion_tokens, canon: canonicalJSON({ b: [1, { d: 2, c: 'é' }], a: null, 10: true, 2: false, u: undefined }) };
   });
   assert.deepEqual(r.out, Array(r.out.length).fill('InvalidRequestError'));
   assert.equal(r.ok, 2, 'the engine still answers after bad requests');
+  assert.equal(r.nanMessage, 'temperature must be a finite number');
+  assert.equal(r.penalized, 4, 'frequency and presence penalties are applied, not refused');
   assert.equal(r.canon, '{"10":true,"2":false,"a":null,"b":[1,{"c":"é","d":2}]}');
 });
 
@@ -264,6 +426,9 @@ test('load errors are ModelLoadError and leave no Cache Storage entry', { timeou
       notGguf: { model: '/bad/not-a-model.gguf' },
       wrongSha: { model: '/models/tiny-llama.gguf?v=2', sha256: 'ab'.repeat(32) },
       rightSha: { model: '/models/tiny-llama.gguf?v=3', sha256: sha },
+      hugeLength: { model: '/bad/huge-length.gguf' },
+      // A good file whose load fails (no room for one KV page): it is not kept either.
+      noRoom: { model: '/models/tiny-llama.gguf?v=4', kvBudgetMB: 1e-6 },
     };
     const out = {};
     for (const [name, opts] of Object.entries(cases)) {
@@ -278,9 +443,10 @@ test('load errors are ModelLoadError and leave no Cache Storage entry', { timeou
     const keys = (await (await caches.open(MODEL_CACHE)).keys()).map((k) => { const u = new URL(k.url); return u.pathname + u.search; });
     return { out, keys };
   }, execFileSync('sha256sum', [TINY], { encoding: 'utf8' }).split(' ')[0]);
-  for (const name of ['missing', 'truncated', 'shortDownload', 'notGguf', 'wrongSha']) {
+  for (const name of ['missing', 'truncated', 'shortDownload', 'notGguf', 'wrongSha', 'hugeLength']) {
     assert.equal(r.out[name].isModelLoadError, true, `${name}: ${JSON.stringify(r.out[name])}`);
   }
+  assert.equal(r.out.noRoom.name, 'InvalidRequestError', JSON.stringify(r.out.noRoom));
   assert.equal(r.out.missing.status, 404);
   assert.match(r.out.shortDownload.message, /truncated|failed/);
   assert.match(r.out.wrongSha.message, /integrity/);
