@@ -3,7 +3,11 @@
 # there: Mesa lavapipe from bookworm-backports (Vulkan on the CPU), Chromium + ChromeDriver
 # (browser tests), the wasm32 target, wasm-bindgen-cli at the version in Cargo.lock, wasm-pack,
 # and the npm packages of the page and package tests. Run as root (or with sudo available).
+# `setup.sh --build`: only what building the npm package needs (scripts/pack.sh): the wasm32
+# target, wasm-bindgen-cli and the npm packages (binaryen's wasm-opt).
 set -euo pipefail
+build_only=0
+[ "${1:-}" = "--build" ] && build_only=1
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -13,7 +17,7 @@ apt_updated=0
 apt_update() { [ $apt_updated = 1 ] || { $SUDO apt-get update -qq; apt_updated=1; }; }
 
 mesa_version=$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || true)
-if [[ "$mesa_version" != 25.* ]]; then
+if [ $build_only = 0 ] && [[ "$mesa_version" != 25.* ]]; then
   say "installing Mesa lavapipe from bookworm-backports (have: ${mesa_version:-none})"
   if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
     echo 'deb http://deb.debian.org/debian bookworm-backports main' | $SUDO tee /etc/apt/sources.list.d/backports.list >/dev/null
@@ -24,6 +28,7 @@ fi
 
 missing=()
 for pkg in chromium chromium-driver; do
+  [ $build_only = 1 ] && break
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -42,7 +47,7 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wbg" ]; the
   cargo install -q wasm-bindgen-cli --version "$wbg"
 fi
 WASM_PACK=0.15.1
-if [ "$(wasm-pack --version 2>/dev/null | awk '{print $2}')" != "$WASM_PACK" ]; then
+if [ $build_only = 0 ] && [ "$(wasm-pack --version 2>/dev/null | awk '{print $2}')" != "$WASM_PACK" ]; then
   say "installing wasm-pack $WASM_PACK (takes ~6 minutes)"
   cargo install -q wasm-pack --version "$WASM_PACK"
 fi
