@@ -2,14 +2,16 @@
 // WebGPU): prints its figures as JSON, and writes the same requests to
 // target/bench-requests.jsonl, for the native figures on the same prompts:
 //   hotprefix session --requests target/bench-requests.jsonl --context 4096
-// Usage: node scripts/bench-browser.mjs   (after scripts/pack.sh)
+// Usage: node scripts/bench-browser.mjs   (builds the package with scripts/pack.sh if it is not built;
+// rebuild it after a change)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { prepare } from './prepare.mjs';
 import { serve, CHROMIUM } from '../tests/page/serve.mjs';
 import { benchRequests } from '../www/bench.js';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const chromium = await prepare();
 mkdirSync(`${ROOT}/target`, { recursive: true });
 writeFileSync(`${ROOT}/target/bench-requests.jsonl`, benchRequests(4096).map(({ messages, max_tokens }) => JSON.stringify({ messages, max_tokens })).join('\n') + '\n');
 

@@ -4,14 +4,16 @@
 // browser's memory (PSS summed over every Chromium process, sampled every 50 ms) before, at its
 // peak during, and after the load. SwiftShader keeps "GPU" buffers in the GPU process's memory,
 // so the weights on the GPU are counted too.
-// Usage: node scripts/bench-load.mjs [--worker=false] [--kv-budget-mb=N]
+// Usage: node scripts/bench-load.mjs [--worker=false] [--kv-budget-mb=N]   (installs what it needs,
+// and builds the package with scripts/pack.sh if it is not built)
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { prepare } from './prepare.mjs';
 import { serve, CHROMIUM } from '../tests/page/serve.mjs';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const chromium = await prepare();
 const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf';
 const worker = !process.argv.includes('--worker=false');
 const kvBudgetMB = Number(process.argv.find((a) => a.startsWith('--kv-budget-mb='))?.split('=')[1]) || undefined;

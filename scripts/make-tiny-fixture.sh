@@ -5,4 +5,5 @@
 # forward pass or a kernel changes the logits by more than 1e-3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/setup.sh >&2   # lavapipe: the logits come from the native GPU
 cargo run -q -p hotprefix-cli --example tiny_fixture -- tests/fixtures/tiny-logits.json

@@ -30,9 +30,13 @@ WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-180} wasm-pack test --hea
 stage "npm package: scripts/pack.sh, then the tarball in a Vite app in headless Chromium, tsc --noEmit"
 tgz=$(bash scripts/pack.sh | tail -n 1)
 bash scripts/make-tiny-model.sh >/dev/null
+bash scripts/make-tiny-model.sh models/tiny-kv-heavy.gguf kv-heavy >/dev/null
 HOTPREFIX_TGZ="$tgz" node --test tests/npm/
 
 stage "page tests: the demo (on the package) in headless Chromium"
 node --test tests/page/
+
+stage "fresh clone: scripts/pack.sh installs what it needs (tests/scripts/fresh-clone.sh)"
+bash tests/scripts/fresh-clone.sh
 
 stage ""

@@ -222,8 +222,9 @@ test('a prompt shorter than a KV page keeps hitting, and stats() and persist() r
     await e.cache.forget();
     await e.unload();
     const usage = (x) => ({ prompt: x.usage.prompt_tokens, completion: x.usage.completion_tokens, cached: x.usage.prompt_tokens_details.cached_tokens });
-    return { a: usage(a), b: usage(b), c: usage(c), prefixes: stats.prefixes, persisted, text: [b.choices[0].message.content, c.choices[0].message.content] };
+    return { a: usage(a), b: usage(b), c: usage(c), pageSize: stats.page_size, prefixes: stats.prefixes, persisted, text: [b.choices[0].message.content, c.choices[0].message.content] };
   });
+  assert.equal(r.pageSize, 28);
   const n = r.a.prompt;
   assert.ok(n < 28, `the prompt (${n} tokens) is shorter than a page of 28`);
   assert.ok(n + r.b.completion - 1 > 28, `the second request leaves more than a page resident: ${JSON.stringify(r.b)}`);
