@@ -39,29 +39,38 @@ macro_rules! internal {
 }
 
 pub mod api;
-pub mod chat;
-pub(crate) mod diagnose;
+pub mod cache;
+pub mod check;
 pub mod engine;
 pub mod error;
-pub mod gguf;
 pub mod gpu;
-pub mod kv;
 pub mod lint;
 pub mod model;
-pub(crate) mod persist;
-pub mod preflight;
-pub(crate) mod prefix;
-pub mod quant;
-pub mod sample;
-pub mod selftest;
-pub mod tokenizer;
-pub(crate) mod truncate;
+pub mod text;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
-internal!(ops, oracle, rng);
+internal!(ops);
+
+// The paths of the flat tree before it was cut into parts, kept stable.
+pub use cache::kv;
+pub(crate) use cache::{persist, prefix, truncate};
 #[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
-pub mod testmodel;
+pub use check::testmodel;
+#[cfg(feature = "test-support")]
+pub use check::oracle;
+#[cfg(not(feature = "test-support"))]
+pub(crate) use check::oracle;
+pub use check::selftest;
+pub use engine::sample;
+#[cfg(feature = "test-support")]
+pub use engine::sample::rng;
+#[cfg(not(feature = "test-support"))]
+pub(crate) use engine::sample::rng;
+pub(crate) use lint::rules as diagnose;
+pub use model::{gguf, preflight, quant};
+pub use text::template as chat;
+pub use text::tokenizer;
 
 pub use error::{Error, Result};
 /// The wgpu version hotprefix is built on, for callers that inject or inspect GPU objects.

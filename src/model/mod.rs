@@ -1,10 +1,14 @@
 //! A llama-family model on the GPU: config from GGUF metadata, quantized weights uploaded as they
 //! are, scratch buffers allocated once, and `forward()`, which reads like llama2.c's.
 
+pub mod gguf;
+pub mod preflight;
+pub mod quant;
+
 use crate::error::{Error, Result};
 use std::borrow::Cow;
 
-use crate::gguf::{self, Gguf, TensorInfo};
+use gguf::{Gguf, TensorInfo};
 use crate::gpu::{Batch, Gpu};
 use crate::kv::{KvCache, Sequence};
 

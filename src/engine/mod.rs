@@ -7,6 +7,8 @@
 //! read), and computes only the rest. When the KV budget runs out, unreferenced prefixes are
 //! evicted leaf-first, least recently used; pages a running request holds never are.
 
+pub mod sample;
+
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::rc::Rc;

@@ -10,7 +10,7 @@ use crate::quant::{self, Format};
 
 macro_rules! kernel {
     ($name:literal, $entry:literal, [$($b:expr),*]) => {
-        Kernel { name: $name, source: include_str!(concat!("../shaders/", $name, ".wgsl")), entry: $entry, bindings: &[$($b),*] }
+        Kernel { name: $name, source: include_str!(concat!("../../shaders/", $name, ".wgsl")), entry: $entry, bindings: &[$($b),*] }
     };
 }
 
@@ -19,7 +19,7 @@ static MATVEC_COOP: Kernel = kernel!("matmul", "matvec_coop", [Read, Read, ReadW
 // matmul_lanes.wgsl uses matmul.wgsl's layout, bindings and helpers: one module of the two.
 static MATVEC_LANES: Kernel = Kernel {
     name: "matmul_lanes",
-    source: concat!(include_str!("../shaders/matmul.wgsl"), include_str!("../shaders/matmul_lanes.wgsl")),
+    source: concat!(include_str!("../../shaders/matmul.wgsl"), include_str!("../../shaders/matmul_lanes.wgsl")),
     entry: "matvec_lanes",
     bindings: &[Read, Read, ReadWrite, Read],
 };
@@ -39,7 +39,7 @@ static ATTENTION_COOP: Kernel = kernel!("attention", "coop", [Read, Read, Read, 
 // attention_lanes.wgsl uses attention.wgsl's bindings and helpers: one module of the two.
 static ATTENTION_LANES: Kernel = Kernel {
     name: "attention_lanes",
-    source: concat!(include_str!("../shaders/attention.wgsl"), include_str!("../shaders/attention_lanes.wgsl")),
+    source: concat!(include_str!("../../shaders/attention.wgsl"), include_str!("../../shaders/attention_lanes.wgsl")),
     entry: "lanes",
     bindings: &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read],
 };
