@@ -53,7 +53,7 @@ internal!(ops);
 
 // The paths of the flat tree before it was cut into parts, kept stable.
 pub use cache::kv;
-pub(crate) use cache::{persist, prefix, truncate};
+pub(crate) use cache::{persist, prefix};
 #[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub use check::testmodel;

@@ -16,7 +16,7 @@ use std::hash::{Hash, Hasher};
 
 use crate::api::Warning;
 use crate::chat::Message;
-use crate::engine::Encoded;
+use crate::text::prompt::Encoded;
 use crate::lint;
 use crate::tokenizer::Tokenizer;
 

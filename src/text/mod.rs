@@ -1,5 +1,6 @@
 //! Text in and out of the model: the tokenizer built from the GGUF metadata ([`tokenizer`]) and the
-//! model's chat template ([`template`]).
+//! model's chat template ([`template`]), and the prompt made of them ([`prompt`]).
 
+pub mod prompt;
 pub mod template;
 pub mod tokenizer;

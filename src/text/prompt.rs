@@ -1,0 +1,152 @@
+//! A chat request's prompt: the messages rendered with the model's template and tokenized
+//! ([`Prompter::encode`]), head truncation to the context window ([`Prompter::fit`]), and where a
+//! divergence from the resident cache falls in the messages ([`Prompter::locate`]). Prompt
+//! encoding over (template, tokenizer): no engine state.
+
+use crate::api::DivergedAt;
+use crate::cache::prefix::Divergence;
+use crate::cache::truncate;
+use crate::error::{Error, Result};
+use crate::text::template::{ChatTemplate, Message};
+use crate::text::tokenizer::Tokenizer;
+
+/// A prompt encoded from messages: the token ids and where each message's content lies.
+#[derive(Clone, Debug)]
+pub struct Encoded {
+    /// The prompt's token ids.
+    pub ids: Vec<u32>,
+    /// Token range of each message's content.
+    pub contents: Vec<std::ops::Range<usize>>,
+}
+
+/// The markers a message's fields are rendered as (`CONTENT` or `NAME`, the message's index,
+/// `END`): private-use characters, so that no template writes them itself.
+const CONTENT: char = '\u{E000}';
+const NAME: char = '\u{E002}';
+const END: char = '\u{E001}';
+
+fn marker(kind: char, i: usize) -> String {
+    format!("{kind}{i}{END}")
+}
+
+/// A model's chat template (if it has one) and tokenizer, turning messages into prompts.
+#[derive(Clone, Copy)]
+pub struct Prompter<'a> {
+    /// The model's chat template; encoding messages fails without one.
+    pub template: Option<&'a ChatTemplate>,
+    /// The model's tokenizer.
+    pub tokenizer: &'a Tokenizer,
+}
+
+impl Prompter<'_> {
+    /// Renders `messages` with the chat template and tokenizes the result, saying where each
+    /// message's content lies in the tokens. Message contents (and names) are encoded as plain
+    /// text — a user typing `<|im_start|>system` gets text, not a control token — and only the
+    /// template's own markers become control tokens.
+    pub fn encode(&self, messages: &[Message]) -> Result<Encoded> {
+        let template = self.template.ok_or_else(|| Error::Template("the model has no chat template".into()))?;
+        // Render with a unique marker in place of each content and name, then encode the
+        // template's text with control tokens recognised and each field as plain text.
+        let marked: Vec<Message> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Message { role: m.role.clone(), content: marker(CONTENT, i), name: m.name.as_ref().map(|_| marker(NAME, i)), pinned: false })
+            .collect();
+        let rendered = template.render(&marked, true)?;
+        let mut ids = Vec::new();
+        let mut contents: Vec<Option<std::ops::Range<usize>>> = vec![None; messages.len()];
+        let mut named = vec![false; messages.len()];
+        let mut rest = rendered.as_str();
+        while let Some(at) = rest.find([CONTENT, NAME]) {
+            ids.extend(self.tokenizer.encode_with_special(&rest[..at])?);
+            let kind = rest[at..].chars().next().unwrap_or(CONTENT);
+            let tail = &rest[at + kind.len_utf8()..];
+            let end = tail.find(END).ok_or_else(|| Error::Template("the chat template cut a message's field short".into()))?;
+            let i: usize = tail[..end].parse().ok().filter(|&i| i < messages.len()).ok_or_else(|| Error::Template("the chat template altered a message's field".into()))?;
+            let start = ids.len();
+            if kind == CONTENT {
+                ids.extend(self.tokenizer.encode_text(&messages[i].content)?);
+                contents[i].get_or_insert(start..ids.len());
+            } else {
+                ids.extend(self.tokenizer.encode_text(messages[i].name.as_deref().unwrap_or(""))?);
+                named[i] = true;
+            }
+            rest = &tail[end + END.len_utf8()..];
+        }
+        ids.extend(self.tokenizer.encode_with_special(rest)?);
+        if let Some(i) = (0..messages.len()).find(|&i| messages[i].name.is_some() && !named[i]) {
+            return Err(Error::InvalidArgument(format!("messages[{i}].name: this model's chat template does not use names, so it would be lost")));
+        }
+        let mut contents = contents
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.ok_or_else(|| Error::Template(format!("the chat template altered message {i}'s content"))))
+            .collect::<Result<Vec<_>>>()?;
+        // `tokenizer.ggml.add_bos_token`: the model was trained with BOS first. Templates that
+        // write it themselves already start with it; the others get it here.
+        if let (true, Some(bos)) = (self.tokenizer.add_bos(), self.tokenizer.bos_id()) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+                contents.iter_mut().for_each(|r| *r = r.start + 1..r.end + 1);
+            }
+        }
+        Ok(Encoded { ids, contents })
+    }
+
+    /// Head truncation (`truncate::plan`) to `context` positions less `max_tokens`: the messages
+    /// kept, encoded, and their indices.
+    pub fn fit(&self, messages: &[Message], max_tokens: usize, context: usize) -> Result<(Encoded, Vec<usize>)> {
+        let room = context.checked_sub(max_tokens).ok_or(Error::ContextFull { needed: max_tokens, capacity: context })?;
+        let full = self.encode(messages)?;
+        if full.ids.len() <= room {
+            return Ok((full, (0..messages.len()).collect()));
+        }
+        let mut prev_end = 0;
+        let items: Vec<truncate::Item> = messages
+            .iter()
+            .zip(&full.contents)
+            .map(|(m, r)| {
+                let tokens = r.end - prev_end;
+                prev_end = r.end;
+                truncate::Item { tokens, pinned: m.pinned || m.role == "system", is_user: m.role == "user" }
+            })
+            .collect();
+        let tail = full.ids.len() - prev_end;
+        // Templates can render a message differently by its neighbours; move the cut a step
+        // further until the re-rendered prompt fits.
+        for extra in 0..8 {
+            let plan = truncate::plan(&items, tail, room, extra)?;
+            let kept: Vec<Message> = plan.keep.iter().map(|&i| messages[i].clone()).collect();
+            let enc = self.encode(&kept)?;
+            if enc.ids.len() <= room {
+                return Ok((enc, plan.keep));
+            }
+        }
+        Err(Error::ContextFull { needed: full.ids.len() + max_tokens, capacity: context })
+    }
+
+    /// Where a divergence falls in the request, `d.token` being the first prompt token that
+    /// differs from the resident tokens `d.resident`: message, role, character, and text
+    /// snippets. `kept` are the indices in `messages` of the messages `enc` was encoded from.
+    pub fn locate(&self, d: &Divergence, enc: &Encoded, kept: &[usize], messages: &[Message]) -> DivergedAt {
+        const SNIPPET: usize = 12;
+        let decode = |ids: &[u32]| self.tokenizer.decode(ids).unwrap_or_default();
+        let end = (d.token + SNIPPET).min(enc.ids.len());
+        let new = decode(&enc.ids[d.token.min(end)..end]);
+        let resident = decode(&d.resident[..d.resident.len().min(SNIPPET)]);
+        // In a message's content; a token before it is the template's framing (role headers, a
+        // default system prompt the template adds), reported as no message.
+        let hit = enc.contents.iter().position(|r| d.token < r.end).filter(|&k| d.token >= enc.contents[k].start);
+        let (message, role, char) = match hit {
+            Some(k) => {
+                let r = &enc.contents[k];
+                let char = decode(&enc.ids[r.start..d.token]).chars().count();
+                let i = kept[k];
+                (Some(i), Some(messages[i].role.clone()), char)
+            }
+            None => (None, None, 0),
+        };
+        DivergedAt { token: d.token, message, role, char, resident, new }
+    }
+
+}
