@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::Config;
 use crate::ops::KvPages;
 
 /// Reference counts and free list of the KV pages.
@@ -134,14 +133,31 @@ impl PagePool {
     }
 }
 
-/// Bytes of one layer's K (or V) for one page: `n_kv × page_size × head_dim` f16 values.
-fn layer_page_bytes(cfg: &Config, page_size: usize) -> u64 {
-    (cfg.n_kv_head * page_size * cfg.head_dim * 2) as u64
+/// What the cache stores per position of a model: K and V of `kv_heads` heads of `head_dim` in
+/// each of `layers` layers (`Config::kv_shape`). A saved cache loads only into the same shape;
+/// its file names the fields as before (`n_layer`, `n_kv_head`, `head_dim`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KvShape {
+    /// Layers.
+    #[serde(rename = "n_layer")]
+    pub layers: usize,
+    /// KV heads a layer.
+    #[serde(rename = "n_kv_head")]
+    pub kv_heads: usize,
+    /// Width of a head.
+    pub head_dim: usize,
 }
 
-/// Bytes of one KV page (K and V, every layer) of a model.
-pub fn page_bytes(cfg: &Config, page_size: usize) -> u64 {
-    2 * cfg.n_layer as u64 * layer_page_bytes(cfg, page_size)
+impl KvShape {
+    /// Bytes of one layer's K (or V) for one page: `kv_heads × page_size × head_dim` f16 values.
+    fn layer_page_bytes(self, page_size: usize) -> u64 {
+        (self.kv_heads * page_size * self.head_dim * 2) as u64
+    }
+
+    /// Bytes of one KV page: K and V of every layer.
+    pub fn page_bytes(self, page_size: usize) -> u64 {
+        2 * self.layers as u64 * self.layer_page_bytes(page_size)
+    }
 }
 
 /// The pool, the GPU pages of every layer, and the page table the kernels read.
@@ -159,29 +175,29 @@ pub struct KvCache {
 }
 
 /// Most pages a pool may have so that each layer's K (or V) buffer fits this adapter's limits.
-pub fn max_pages(gpu: &Gpu, cfg: &Config, page_size: usize) -> usize {
+pub fn max_pages(gpu: &Gpu, shape: KvShape, page_size: usize) -> usize {
     let limit = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
-    (limit / layer_page_bytes(cfg, page_size).max(1)) as usize
+    (limit / shape.layer_page_bytes(page_size).max(1)) as usize
 }
 
 impl KvCache {
-    /// Allocates `pages` pages of `page_size` positions for every layer of `cfg`, and a page table
-    /// for sequences of up to `max_seq_tokens` positions.
-    pub async fn new(gpu: &Gpu, cfg: &Config, pages: usize, page_size: usize, max_seq_tokens: usize) -> Result<KvCache> {
+    /// Allocates `pages` pages of `page_size` positions for every layer of `shape`, and a page
+    /// table for sequences of up to `max_seq_tokens` positions.
+    pub async fn new(gpu: &Gpu, shape: KvShape, pages: usize, page_size: usize, max_seq_tokens: usize) -> Result<KvCache> {
         if pages == 0 || page_size == 0 || max_seq_tokens == 0 {
             return Err(Error::InvalidArgument(format!("KV cache of {pages} pages of {page_size} positions, sequences of {max_seq_tokens}")));
         }
         if u32::try_from(pages).is_err() {
             return Err(Error::InvalidArgument(format!("{pages} KV pages (at most 2^32)")));
         }
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for _ in 0..cfg.n_layer {
-            layers.push(KvPages::new(gpu, pages, page_size, cfg.n_kv_head, cfg.head_dim).await?);
+        let mut layers = Vec::with_capacity(shape.layers);
+        for _ in 0..shape.layers {
+            layers.push(KvPages::new(gpu, pages, page_size, shape.kv_heads, shape.head_dim).await?);
         }
         let max_seq_pages = max_seq_tokens.div_ceil(page_size);
         let table = gpu.storage("page table", 4 * max_seq_pages as u64).await?;
         let pool = Rc::new(RefCell::new(PagePool::new(pages)));
-        let layer_page_bytes = layer_page_bytes(cfg, page_size);
+        let layer_page_bytes = shape.layer_page_bytes(page_size);
         Ok(KvCache { layers, page_size, pool, table, layer_page_bytes, max_seq_pages, uploaded: Cell::new((0, 0)) })
     }
 

@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cache::kv::KvShape;
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"HPKVSAVE";
@@ -24,9 +25,10 @@ pub const LAYOUT_VERSION: u32 = 2;
 pub struct Shape {
     /// The model's identity, as the caller gives it (the browser package uses the file's sha256).
     pub model: String,
-    pub n_layer: usize,
-    pub n_kv_head: usize,
-    pub head_dim: usize,
+    /// What a position holds.
+    #[serde(flatten)]
+    pub kv: KvShape,
+    /// Positions per page.
     pub page_size: usize,
 }
 
@@ -130,7 +132,7 @@ mod tests {
     use super::*;
 
     fn shape() -> Shape {
-        Shape { model: "m".into(), n_layer: 2, n_kv_head: 1, head_dim: 4, page_size: 2 }
+        Shape { model: "m".into(), kv: KvShape { layers: 2, kv_heads: 1, head_dim: 4 }, page_size: 2 }
     }
 
     fn file() -> Vec<u8> {

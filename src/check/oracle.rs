@@ -36,20 +36,6 @@ pub fn rmsnorm(x: &[f32], w: &[f32], rows: usize, dim: usize, eps: f32) -> Vec<f
     y
 }
 
-/// The RoPE `(cos, sin)` table `[max_pos, head_dim/2]` for adjacent pairs:
-/// angle(pos, i) = pos · base^(−2i/head_dim), computed in f64.
-pub fn rope_table(max_pos: usize, head_dim: usize, base: f64) -> Vec<[f32; 2]> {
-    let half = head_dim / 2;
-    let mut out = Vec::with_capacity(max_pos * half);
-    for pos in 0..max_pos {
-        for i in 0..half {
-            let a = pos as f64 * base.powf(-2.0 * i as f64 / head_dim as f64);
-            out.push([a.cos() as f32, a.sin() as f32]);
-        }
-    }
-    out
-}
-
 /// Rotates adjacent pairs of the first `heads` heads of each row in place.
 pub fn rope(x: &mut [f32], pos: &[u32], heads: usize, row_stride: usize, head_dim: usize, base: f64) {
     for (t, &p) in pos.iter().enumerate() {

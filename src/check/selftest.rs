@@ -306,7 +306,7 @@ impl Check {
                 let stride = (heads + extra_heads) * head_dim;
                 let x = rng.vec(t * stride, 1.0);
                 let pos: Vec<u32> = (0..t).map(|_| rng.below(max_pos) as u32).collect();
-                let table = oracle::rope_table(max_pos, head_dim, 10000.0);
+                let table = ops::rope_table(max_pos, head_dim, 10000.0);
                 let xb = gpu.upload("x", &x).await?;
                 let (pb, tb) = (gpu.upload("pos", &pos).await?, gpu.upload("rope table", &table).await?);
                 let shape = RopeShape { t, heads, row_stride: stride, head_dim };
@@ -595,7 +595,7 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
     let kv = KvPages::new(gpu, pool, page, n_kv, hd).await?;
     let tb = gpu.upload("page table", table).await?;
     let all_pos: Vec<u32> = (0..ctx as u32).collect();
-    let rope = oracle::rope_table(ctx + 5, hd, 10000.0);
+    let rope = ops::rope_table(ctx + 5, hd, 10000.0);
     let ropeb = gpu.upload("rope table", &rope).await?;
     let new = &rows[past * stride..];
     let mut rotated = new.to_vec();

@@ -187,13 +187,13 @@ impl Engine {
         }
         let model = Model::load_from(&gpu, g, file, Options { chunk: opts.chunk, context: opts.context, all_logits: false }, progress).await?;
         preflight::check_vocab(&tokenizer, &model.cfg)?;
-        let page_bytes = kv::page_bytes(&model.cfg, opts.page_size);
+        let page_bytes = model.cfg.kv_shape().page_bytes(opts.page_size);
         let mb = opts.kv_budget_mb.unwrap_or(DEFAULT_KV_BUDGET_MB);
         if !(mb > 0.0 && mb.is_finite()) {
             return Err(Error::InvalidArgument(format!("KV budget of {mb} MB")));
         }
         let by_budget = (mb * 1048576.0 / page_bytes as f64) as usize;
-        let by_limits = kv::max_pages(&gpu, &model.cfg, opts.page_size);
+        let by_limits = kv::max_pages(&gpu, model.cfg.kv_shape(), opts.page_size);
         let pages = if opts.kv_budget_mb.is_some() { by_budget } else { by_budget.min(by_limits) };
         if pages == 0 {
             return Err(Error::InvalidArgument(format!("a KV budget of {mb} MB holds no page of {page_bytes} bytes")));
@@ -324,7 +324,7 @@ impl Engine {
 
     fn cache_shape(&self, model: &str) -> persist::Shape {
         let cfg = &self.model.cfg;
-        persist::Shape { model: model.to_string(), n_layer: cfg.n_layer, n_kv_head: cfg.n_kv_head, head_dim: cfg.head_dim, page_size: self.cache.page_size() }
+        persist::Shape { model: model.to_string(), kv: cfg.kv_shape(), page_size: self.cache.page_size() }
     }
 
     /// Every resident prefix (salt, token ids) and its KV pages as a saved-cache file

@@ -308,6 +308,20 @@ pub struct RopeShape {
     pub head_dim: usize,
 }
 
+/// The RoPE table [`rope`] and fused attention read: `[max_pos, head_dim/2]` pairs `(cos θ, sin θ)`
+/// with `θ = pos · base^(-2i/head_dim)`, computed in f64.
+pub fn rope_table(max_pos: usize, head_dim: usize, base: f64) -> Vec<[f32; 2]> {
+    let half = head_dim / 2;
+    let mut out = Vec::with_capacity(max_pos * half);
+    for pos in 0..max_pos {
+        for i in 0..half {
+            let a = pos as f64 * base.powf(-2.0 * i as f64 / head_dim as f64);
+            out.push([a.cos() as f32, a.sin() as f32]);
+        }
+    }
+    out
+}
+
 /// Rotates pairs in place with the `(cos, sin)` table `[max_pos, head_dim/2]` at each token's position.
 pub fn rope(b: &mut Batch, x: &wgpu::Buffer, pos: &wgpu::Buffer, table: &wgpu::Buffer, s: &RopeShape) -> Result<()> {
     if !s.head_dim.is_multiple_of(2) || !s.row_stride.is_multiple_of(2) || s.heads * s.head_dim > s.row_stride {

@@ -1,0 +1,20 @@
+//! Llama (SmolLM2 and the llama-family files): pre-norm blocks with RMSNorm, RoPE on adjacent
+//! pairs, grouped-query attention, a SwiGLU feed-forward, and a head tied to the embedding unless
+//! the file has `output.weight`.
+
+use crate::error::Result;
+use crate::model::blocks::Pass;
+
+use super::Arch;
+
+pub(crate) const LLAMA: Arch = Arch { name: "llama", forward };
+
+/// llama2.c's `forward()`, a layer at a time.
+fn forward(p: &mut Pass<'_, '_>) -> Result<()> {
+    p.embed()?;
+    for l in 0..p.layers() {
+        p.attention(l)?; // x += attention(rmsnorm(x))
+        p.ffn(l)?; // x += swiglu_ffn(rmsnorm(x))
+    }
+    p.head() // logits = rmsnorm(x) · Wᵀ
+}

@@ -1,0 +1,144 @@
+//! The building blocks an architecture's forward pass is made of (as llama.cpp builds each model
+//! from `build_norm`, `build_attn`, `build_ffn`): the embedding, a pre-norm attention block, a
+//! pre-norm feed-forward block and the head, each recorded into one batch of dispatches.
+//!
+//! A [`Pass`] records in one of two modes:
+//! - **prefill** (`T` tokens): tiled matmuls and fixed attention slices, so that every row comes
+//!   out the same whatever chunk it is in (`ops::matmul_exact`): a prompt whose prefix came from
+//!   the cache gets the K/V a cold run computes, bit for bit;
+//! - **decode** (one token): matrix-vector kernels with the RMSNorms and the SwiGLU fused into
+//!   their x-loads (when `Model::fuse_decode`), and RoPE and the KV write fused into attention:
+//!   6 dispatches a block pair at most (9 unfused), plus the embedding and the head.
+
+use crate::cache::kv::KvCache;
+use crate::error::Result;
+use crate::gpu::Batch;
+use crate::ops::{self, AttnShape, KvSource, RopeShape, Split, Weight, XLoad};
+
+use super::{Logits, Model};
+
+/// What a pass computes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Mode {
+    /// `t` tokens at positions `start..`, and the logits asked for.
+    Prefill { start: usize, t: usize, logits: Logits },
+    /// One token at `pos`; `feed`: write its argmax to `ids[slot]` and feed it to the next step
+    /// (greedy decoding queued ahead).
+    Decode { pos: usize, feed: Option<usize> },
+}
+
+/// One forward pass being recorded: the model, its KV cache, the sequence's page table, and the
+/// batch the dispatches go into.
+pub(crate) struct Pass<'a, 'g> {
+    pub(crate) b: &'a mut Batch<'g>,
+    pub(crate) m: &'a Model,
+    pub(crate) kv: &'a KvCache,
+    pub(crate) table: &'a wgpu::Buffer,
+    pub(crate) table_len: usize,
+    pub(crate) mode: Mode,
+}
+
+impl Pass<'_, '_> {
+    /// Transformer blocks.
+    pub(crate) fn layers(&self) -> usize {
+        self.m.layers.len()
+    }
+
+    /// Tokens in the pass.
+    fn t(&self) -> usize {
+        match self.mode {
+            Mode::Prefill { t, .. } => t,
+            Mode::Decode { .. } => 1,
+        }
+    }
+
+    /// `y = x · Wᵀ` (`acc`: `y += x · Wᵀ`, the residual add fused in) for the pass's rows.
+    fn project(&mut self, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, acc: bool) -> Result<()> {
+        match self.mode {
+            Mode::Prefill { t, .. } => ops::matmul_exact(self.b, x, w, y, t, acc, self.m.matvec),
+            Mode::Decode { .. } => ops::matvec(self.b, x, 0, XLoad::Plain, w, y, acc, self.m.matvec),
+        }
+    }
+
+    /// `y = rmsnorm(x; nw) · Wᵀ`: the norm its own dispatch into `xn`, or, decoding with fusion,
+    /// fused into the projection's x-load.
+    fn norm_project(&mut self, nw: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer) -> Result<()> {
+        let (c, s) = (&self.m.cfg, &self.m.s);
+        if matches!(self.mode, Mode::Decode { .. }) && self.m.fuse {
+            return ops::matvec(self.b, &s.x, 0, XLoad::RmsNorm { w: nw, eps: c.eps }, w, y, false, self.m.matvec);
+        }
+        ops::rmsnorm(self.b, &s.x, nw, &s.xn, self.t(), c.dim, c.eps)?;
+        self.project(&s.xn, w, y, false)
+    }
+
+    /// `x = embedding[tokens]`.
+    pub(crate) fn embed(&mut self) -> Result<()> {
+        let s = &self.m.s;
+        ops::embed(self.b, &s.tokens, &self.m.embed, &s.x, self.t())
+    }
+
+    /// Block `l`'s attention, pre-norm with a residual: `x += attention(rmsnorm(x)) · Woᵀ`, with
+    /// Q|K|V from one fused projection, RoPE on Q and K, the new K/V written to the sequence's
+    /// pages, and causal grouped-query attention over them.
+    pub(crate) fn attention(&mut self, l: usize) -> Result<()> {
+        let (m, c, s) = (self.m, &self.m.cfg, &self.m.s);
+        let (layer, kv) = (&m.layers[l], &self.kv.layers[l]);
+        let (hd, qkv_w) = (c.head_dim, c.qkv_width());
+        let scale = 1.0 / (hd as f32).sqrt();
+        self.norm_project(&layer.attn_norm, &layer.qkv, &s.qkv)?;
+        let shape = match self.mode {
+            Mode::Prefill { start, t, .. } => {
+                let rope = RopeShape { t, heads: c.n_head + c.n_kv_head, row_stride: qkv_w, head_dim: hd };
+                ops::rope(self.b, &s.qkv, &s.pos, &m.rope, &rope)?;
+                let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
+                ops::kv_write(self.b, &s.qkv, &src, &s.pos, self.table, self.table_len, kv)?;
+                AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale, ctx: start + t, split: Split::Fixed, fused: false, kind: m.matvec }
+            }
+            // RoPE, the KV write and attention in one dispatch.
+            Mode::Decode { pos, .. } => AttnShape { t: 1, n_head: c.n_head, q_stride: qkv_w, scale, ctx: pos + 1, split: Split::Auto, fused: true, kind: m.matvec },
+        };
+        ops::attention(self.b, &s.qkv, &shape, &s.pos, self.table, self.table_len, kv, &m.rope, &s.att, &s.part)?;
+        self.project(&s.att, &layer.wo, &s.x, true) // x += att · Woᵀ
+    }
+
+    /// Block `l`'s feed-forward, pre-norm with a residual: `x += swiglu(rmsnorm(x) · W_gate|upᵀ) ·
+    /// W_downᵀ` (the SwiGLU fused into the down projection's x-load when decoding with fusion).
+    pub(crate) fn ffn(&mut self, l: usize) -> Result<()> {
+        let (m, c, s) = (self.m, &self.m.cfg, &self.m.s);
+        let layer = &m.layers[l];
+        self.norm_project(&layer.ffn_norm, &layer.gate_up, &s.gu)?;
+        if matches!(self.mode, Mode::Decode { .. }) && m.fuse {
+            return ops::matvec(self.b, &s.gu, 0, XLoad::SwiGlu, &layer.down, &s.x, true, m.matvec);
+        }
+        ops::swiglu(self.b, &s.gu, &s.h, self.t(), c.ffn)?;
+        self.project(&s.h, &layer.down, &s.x, true) // x += h · W_downᵀ
+    }
+
+    /// The final RMSNorm and the logits the pass asks for (the tied embedding when the file has
+    /// no `output.weight`), and their argmax.
+    pub(crate) fn head(&mut self) -> Result<()> {
+        let (m, c, s) = (self.m, &self.m.cfg, &self.m.s);
+        let head = m.output.as_ref().unwrap_or(&m.embed);
+        match self.mode {
+            Mode::Prefill { logits: Logits::None, .. } => Ok(()),
+            Mode::Prefill { t, logits: Logits::Last, .. } => {
+                // Only the last row's norm and logits (the norm fused into the head's x-load).
+                let norm = XLoad::RmsNorm { w: &m.output_norm, eps: c.eps };
+                ops::matvec(self.b, &s.x, t - 1, norm, head, &s.logits, false, m.matvec)?;
+                ops::argmax(self.b, &s.logits, &s.argmax, 1, c.vocab)
+            }
+            Mode::Prefill { t, logits: Logits::All, .. } => {
+                ops::rmsnorm(self.b, &s.x, &m.output_norm, &s.xn, t, c.dim, c.eps)?;
+                ops::matmul(self.b, &s.xn, head, &s.logits, t)?;
+                ops::argmax(self.b, &s.logits, &s.argmax, t, c.vocab)
+            }
+            Mode::Decode { feed, .. } => {
+                self.norm_project(&m.output_norm, head, &s.logits)?;
+                match feed {
+                    None => ops::argmax(self.b, &s.logits, &s.argmax, 1, c.vocab),
+                    Some(slot) => ops::argmax_feed(self.b, &s.logits, c.vocab, &s.ids, slot, &s.tokens, &s.pos),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! A model's hyper-parameters, read from its GGUF metadata and checked once.
+
+use crate::cache::kv::KvShape;
+use crate::error::{Error, Result};
+
+use super::arch::Arch;
+use super::gguf::{self, Gguf};
+
+/// Hyper-parameters of a llama-family model, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Model width (d_model).
+    pub dim: usize,
+    /// Attention (query) heads.
+    pub n_head: usize,
+    /// Key/value heads: fewer than `n_head` with grouped-query attention, else equal.
+    pub n_kv_head: usize,
+    /// Width of one head: `dim / n_head` (a multiple of 4, at most 128).
+    pub head_dim: usize,
+    /// FFN hidden width.
+    pub ffn: usize,
+    /// Vocabulary size (rows of `token_embd.weight`).
+    pub vocab: usize,
+    /// Trained context length.
+    pub context: usize,
+    /// RoPE frequency base (`llama.rope.freq_base`; 10000 when absent).
+    pub rope_base: f64,
+    /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`), in (0, 1).
+    pub eps: f32,
+}
+
+/// The largest width, FFN width, vocabulary and layer count [`Config::from_gguf`] accepts: far above
+/// real llama-family models (Llama 3.1 405B: 16,384, 53,248, 128,256 tokens, 126 layers) and small
+/// enough that the buffer sizes computed from them fit in wasm32's 32-bit `usize` for chunks of up
+/// to 1,024 tokens.
+const MAX_DIM: usize = 1 << 16;
+const MAX_FFN: usize = 1 << 18;
+const MAX_VOCAB: usize = 1 << 21;
+const MAX_LAYERS: usize = 1 << 10;
+/// The trained context is used up to this many positions (the RoPE table is sized by it).
+pub const MAX_CONTEXT: usize = 1 << 18;
+
+impl Config {
+    /// Reads and checks the `llama.*` metadata (and the vocabulary size from `token_embd`). Sizes
+    /// are converted with `try_from`, never `as` (on wasm32 `as usize` keeps the low 32 bits), and
+    /// bounded (`MAX_DIM`…); the context is capped at [`MAX_CONTEXT`].
+    pub fn from_gguf(g: &Gguf) -> Result<Config> {
+        Arch::of(g)?;
+        let size = |k: &str, v: u64| gguf::fit::<usize>(v).ok_or_else(|| Error::Model(format!("{k} = {v} does not fit in memory sizes")));
+        let u = |k: &str| -> Result<usize> {
+            let k = format!("llama.{k}");
+            size(&k, g.u64(&k)?)
+        };
+        let (dim, n_head) = (u("embedding_length")?, u("attention.head_count")?);
+        let n_kv_head = match g.get("llama.attention.head_count_kv") {
+            Some(_) => u("attention.head_count_kv")?,
+            None => n_head,
+        };
+        let embd = g.tensor("token_embd.weight")?;
+        let c = Config {
+            n_layer: u("block_count")?,
+            dim,
+            n_head,
+            n_kv_head,
+            head_dim: dim.checked_div(n_head).unwrap_or(0),
+            ffn: u("feed_forward_length")?,
+            vocab: size("token_embd rows", embd.dims.get(1).copied().unwrap_or(0))?,
+            context: u("context_length")?.min(MAX_CONTEXT),
+            rope_base: g.get("llama.rope.freq_base").and_then(|v| v.as_f64()).unwrap_or(10000.0),
+            eps: g.f64("llama.attention.layer_norm_rms_epsilon")? as f32,
+        };
+        let bad = |m: String| Err(Error::Model(m));
+        if c.n_layer == 0 || c.dim == 0 || c.n_head == 0 || c.n_kv_head == 0 || c.ffn == 0 || c.vocab == 0 || c.context == 0 {
+            return bad(format!("zero-sized dimension in {c:?}"));
+        }
+        if c.dim > MAX_DIM || c.ffn > MAX_FFN || c.vocab > MAX_VOCAB || c.n_layer > MAX_LAYERS {
+            return bad(format!("width, FFN, vocabulary or layers above {MAX_DIM}, {MAX_FFN}, {MAX_VOCAB}, {MAX_LAYERS} in {c:?}"));
+        }
+        if !c.dim.is_multiple_of(c.n_head) || !c.n_head.is_multiple_of(c.n_kv_head) {
+            return bad(format!("{} heads must divide width {} and be a multiple of {} KV heads", c.n_head, c.dim, c.n_kv_head));
+        }
+        if !c.head_dim.is_multiple_of(4) || c.head_dim > 128 {
+            return bad(format!("head dim {} (a multiple of 4, at most 128, is supported)", c.head_dim));
+        }
+        if let Some(rot) = g.get("llama.rope.dimension_count").and_then(|v| v.as_u64()) {
+            if gguf::fit::<usize>(rot) != Some(c.head_dim) {
+                return bad(format!("RoPE over {rot} of {} dims (partial rotary) is not supported", c.head_dim));
+            }
+        }
+        let eps_ok = c.eps > 0.0 && c.eps < 1.0; // false for NaN
+        if !eps_ok || c.rope_base.is_nan() || c.rope_base <= 1.0 {
+            return bad(format!("rms eps {} / rope base {}", c.eps, c.rope_base));
+        }
+        if embd.dims.first().and_then(|&d| gguf::fit::<usize>(d)) != Some(c.dim) {
+            return bad(format!("token_embd is {:?}, width is {}", embd.dims, c.dim));
+        }
+        Ok(c)
+    }
+
+    /// Floats in one row of the fused Q|K|V projection.
+    pub fn qkv_width(&self) -> usize {
+        (self.n_head + 2 * self.n_kv_head) * self.head_dim
+    }
+
+    /// What the KV cache stores per position: layers, KV heads, head width.
+    pub fn kv_shape(&self) -> KvShape {
+        KvShape { layers: self.n_layer, kv_heads: self.n_kv_head, head_dim: self.head_dim }
+    }
+}
+
+

@@ -1,0 +1,193 @@
+//! Loading the weights: one walk over the file's tensors ([`load_weights`]), each checked and
+//! handed to a [`Sink`] — the GPU ([`Upload`]) or, in the fuzzed CPU preflight, nowhere — one
+//! tensor at a time, so that a load never holds the whole file.
+
+use std::borrow::Cow;
+
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::ops::Weight;
+
+use super::config::Config;
+use super::gguf::{self, Gguf, TensorInfo};
+use super::quant::Format;
+
+/// The weights of one transformer block, as a [`Sink`] keeps them (GPU buffers for the model).
+pub(crate) struct Layer<M = Weight, V = wgpu::Buffer> {
+    pub(crate) attn_norm: V, // [dim]
+    pub(crate) qkv: M,       // [(n_head + 2·n_kv)·hd, dim]: Q | K | V rows
+    pub(crate) wo: M,        // [dim, n_head·hd]
+    pub(crate) ffn_norm: V,  // [dim]
+    pub(crate) gate_up: M,   // [2·ffn, dim]: gate | up rows
+    pub(crate) down: M,      // [dim, ffn]
+}
+
+/// Where a loading model's tensor bytes come from: the whole file in memory (`&[u8]`), or a reader
+/// that hands over one tensor at a time (the browser keeps the file in JS, so the wasm heap never
+/// holds all of it).
+pub trait TensorBytes {
+    /// The bytes of `t`, a tensor of the file `g` was parsed from.
+    fn tensor_bytes(&self, g: &Gguf, t: &TensorInfo) -> Result<Cow<'_, [u8]>>;
+}
+
+impl TensorBytes for &[u8] {
+    fn tensor_bytes(&self, g: &Gguf, t: &TensorInfo) -> Result<Cow<'_, [u8]>> {
+        g.data(self, t).map(Cow::Borrowed)
+    }
+}
+
+/// The CPU half of `fused`: checks that `names` are same-format `[k, ·]` matrices and returns
+/// their format, total rows and concatenated GGUF bytes (borrowed when there is one). The fuzzed
+/// CPU load path ([`crate::preflight`]) calls it too.
+pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[String], k: usize) -> Result<(Format, usize, Cow<'a, [u8]>)> {
+    let mut bytes = Vec::new();
+    let mut rows = 0usize;
+    let mut format = None;
+    for name in names {
+        let t = g.tensor(name)?;
+        let f = Format::from_ggml_type(t.ggml_type)
+            .ok_or_else(|| Error::Model(format!("{name}: ggml type {} is not supported (F32, F16, Q8_0, Q4_1 are)", t.ggml_type)))?;
+        if *format.get_or_insert(f) != f {
+            return Err(Error::Model(format!("{name}: {} mixed with {:?} in one fused projection", f.name(), format)));
+        }
+        let n = match t.dims[..] {
+            [row, n] if gguf::fit::<usize>(row) == Some(k) => gguf::fit::<usize>(n),
+            _ => return Err(Error::Model(format!("{name}: shape {:?}, expected [{k}, ·]", t.dims))),
+        };
+        rows = n.and_then(|n| rows.checked_add(n)).ok_or_else(|| Error::Model(format!("{name}: {:?} rows overflow", t.dims)))?;
+        let data = file.tensor_bytes(g, t)?;
+        if names.len() == 1 {
+            return Ok((f, rows, data));
+        }
+        bytes.extend_from_slice(&data);
+    }
+    let format = format.ok_or_else(|| Error::Model("empty projection".into()))?;
+    Ok((format, rows, Cow::Owned(bytes)))
+}
+
+/// The CPU half of `vector`: the values of the F32 `[n]` tensor `name`.
+pub(crate) fn vector_data(g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<Vec<f32>> {
+    let t = g.tensor(name)?;
+    if t.ggml_type != 0 || t.dims.len() != 1 || gguf::fit::<usize>(t.dims[0]) != Some(n) {
+        return Err(Error::Model(format!("{name}: expected F32 [{n}], got type {} {:?}", t.ggml_type, t.dims)));
+    }
+    Ok(bytemuck::pod_collect_to_vec(&file.tensor_bytes(g, t)?))
+}
+
+/// Where the load puts each weight once its bytes are read and checked: the GPU
+/// ([`Model::load_from`]), or nowhere (`preflight`, which converts each to the GPU layout and
+/// drops it). One walk over the file ([`load_weights`]) serves both, so the fuzzed CPU path and
+/// the real load cannot drift apart.
+pub(crate) trait Sink {
+    type Matrix;
+    type Vector;
+    /// An `[n, k]` matrix of `format` in GGUF bytes (dropped once converted).
+    async fn matrix(&mut self, name: &str, format: Format, gguf_bytes: Cow<'_, [u8]>, n: usize, k: usize) -> Result<Self::Matrix>;
+    /// An F32 vector.
+    async fn vector(&mut self, name: &str, v: Vec<f32>) -> Result<Self::Vector>;
+}
+
+/// Every weight of the model, as a [`Sink`] kept it.
+pub(crate) struct Weights<M, V> {
+    pub(crate) embed: M,
+    pub(crate) output: Option<M>,
+    pub(crate) output_norm: V,
+    pub(crate) layers: Vec<Layer<M, V>>,
+}
+
+/// The GPU: each weight uploaded in the kernels' layout; counts the bytes.
+pub(crate) struct Upload<'a> {
+    pub(crate) gpu: &'a Gpu,
+    pub(crate) bytes: u64,
+}
+
+impl Sink for Upload<'_> {
+    type Matrix = Weight;
+    type Vector = wgpu::Buffer;
+    async fn matrix(&mut self, name: &str, format: Format, gguf_bytes: Cow<'_, [u8]>, n: usize, k: usize) -> Result<Weight> {
+        let w = Weight::upload_owned(self.gpu, name, format, gguf_bytes, n, k).await?;
+        self.bytes += w.buf.size();
+        Ok(w)
+    }
+    async fn vector(&mut self, name: &str, v: Vec<f32>) -> Result<wgpu::Buffer> {
+        let b = self.gpu.upload(name, &v).await?;
+        self.bytes += b.size();
+        Ok(b)
+    }
+}
+
+/// Reads, checks and hands to `sink` every weight of the model `g` describes, one tensor at a
+/// time, in the file's natural order (embedding and head, then each layer). Calls
+/// `progress(done, total)` in bytes of the file's tensor data after the embedding and head and
+/// after each layer.
+pub(crate) async fn load_weights<S: Sink>(
+    g: &Gguf,
+    file: &dyn TensorBytes,
+    cfg: &Config,
+    sink: &mut S,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Weights<S::Matrix, S::Vector>> {
+    if g.tensors.len() < cfg.n_layer {
+        return Err(Error::Model(format!("{} layers declared, only {} tensors in the file", cfg.n_layer, g.tensors.len())));
+    }
+    // Bytes of tensor data per layer, for progress; the rest (embedding, head) goes first.
+    let mut layer_bytes = vec![0u64; cfg.n_layer];
+    let mut total = 0u64;
+    for t in &g.tensors {
+        total = total.saturating_add(t.bytes);
+        let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
+        if let Some(b) = layer.and_then(|i| layer_bytes.get_mut(i)) {
+            *b = b.saturating_add(t.bytes);
+        }
+    }
+    let mut done = total.saturating_sub(layer_bytes.iter().fold(0u64, |a, &b| a.saturating_add(b)));
+    let (d, hd) = (cfg.dim, cfg.head_dim);
+    let embd = g.tensor("token_embd.weight")?;
+    if embd.ggml_type != Format::Q8_0.ggml_type() {
+        return Err(Error::Model(format!("token_embd is ggml type {}, the embedding kernel reads Q8_0", embd.ggml_type)));
+    }
+    let embed = sink.matrix("token_embd", Format::Q8_0, file.tensor_bytes(g, embd)?, cfg.vocab, d).await?;
+    let output = match g.tensor("output.weight") {
+        Ok(_) => {
+            let (w, rows) = fused(sink, g, file, &["output.weight".to_string()], d).await?;
+            if rows != cfg.vocab {
+                return Err(Error::Model(format!("output.weight has {rows} rows for a vocabulary of {}", cfg.vocab)));
+            }
+            Some(w)
+        }
+        Err(_) => None,
+    };
+    let output_norm = vector(sink, g, file, "output_norm.weight", d).await?;
+    progress(done, total);
+    let mut layers = Vec::with_capacity(cfg.n_layer);
+    for (i, &bytes) in layer_bytes.iter().enumerate() {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let attn_norm = vector(sink, g, file, &n("attn_norm"), d).await?;
+        let (qkv, qkv_rows) = fused(sink, g, file, &[n("attn_q"), n("attn_k"), n("attn_v")], d).await?;
+        let (wo, wo_rows) = fused(sink, g, file, &[n("attn_output")], cfg.n_head * hd).await?;
+        let ffn_norm = vector(sink, g, file, &n("ffn_norm"), d).await?;
+        let (gate_up, gate_up_rows) = fused(sink, g, file, &[n("ffn_gate"), n("ffn_up")], d).await?;
+        let (down, down_rows) = fused(sink, g, file, &[n("ffn_down")], cfg.ffn).await?;
+        if qkv_rows != cfg.qkv_width() || wo_rows != d || gate_up_rows != 2 * cfg.ffn || down_rows != d {
+            return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
+        }
+        layers.push(Layer { attn_norm, qkv, wo, ffn_norm, gate_up, down });
+        done = done.saturating_add(bytes);
+        progress(done, total);
+    }
+    Ok(Weights { embed, output, output_norm, layers })
+}
+
+/// Several same-format, same-width GGUF matrices as one (their rows concatenated), and its rows.
+async fn fused<S: Sink>(sink: &mut S, g: &Gguf, file: &dyn TensorBytes, names: &[String], k: usize) -> Result<(S::Matrix, usize)> {
+    let (format, rows, bytes) = fused_bytes(g, file, names, k)?;
+    let name = names.first().map_or("", String::as_str);
+    Ok((sink.matrix(name, format, bytes, rows, k).await?, rows))
+}
+
+/// The F32 `[n]` tensor `name`.
+async fn vector<S: Sink>(sink: &mut S, g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<S::Vector> {
+    let v = vector_data(g, file, name, n)?;
+    sink.vector(name, v).await
+}
+
