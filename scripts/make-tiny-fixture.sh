@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >&2   # lavapipe: the logits come from the native GPU
-cargo run -q -p hotprefix-cli --example tiny_fixture -- tests/fixtures/tiny-logits.json
+cargo run -q --example tiny_fixture -- tests/fixtures/tiny-logits.json

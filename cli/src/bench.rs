@@ -11,7 +11,8 @@ use hotprefix::model::{Model, Options};
 use hotprefix::ops::Kind;
 use hotprefix::quant::Format;
 use hotprefix::rng::Rng;
-use hotprefix::selftest::{now_ms, time_matmul};
+use hotprefix::gpu::now_ms;
+use hotprefix::selftest::time_matmul;
 use hotprefix::Result;
 
 /// Best of `runs` timings of `f`, in seconds.

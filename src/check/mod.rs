@@ -2,7 +2,7 @@
 //! tests, browser tests and the demo ([`selftest`]), and the tiny random-weight test model
 //! (`testmodel`, test-support only).
 
-internal!(oracle);
+pub mod oracle;
 pub mod selftest;
 #[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]

@@ -1,4 +1,4 @@
-//! Plain CPU implementations of every kernel: obviously correct, slow, the reference the GPU
+//! **Unstable** (no semver promise). Plain CPU implementations of every kernel: obviously correct, slow, the reference the GPU
 //! kernels are tested against (and, in `testmodel`, of the tiny model's forward pass).
 //! Weight dequantization lives in `quant::dequantize`.
 
@@ -23,6 +23,7 @@ pub fn matmul(x: &[f32], w: &[f32], t: usize, k: usize, n: usize) -> (Vec<f32>, 
     (y, mag)
 }
 
+/// `y[r] = x[r] / rms(x[r]) · w` for `rows` rows of `dim` (f64 sums).
 pub fn rmsnorm(x: &[f32], w: &[f32], rows: usize, dim: usize, eps: f32) -> Vec<f32> {
     let mut y = vec![0f32; rows * dim];
     for r in 0..rows {
@@ -52,6 +53,7 @@ pub fn rope(x: &mut [f32], pos: &[u32], heads: usize, row_stride: usize, head_di
     }
 }
 
+/// `v · sigmoid(v)`.
 pub fn silu(v: f32) -> f32 {
     v / (1.0 + (-v).exp())
 }

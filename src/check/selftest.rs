@@ -4,7 +4,7 @@
 //! also shows the speed each one measured.
 
 use crate::error::{Error, Result};
-use crate::gpu::{Batch, Gpu};
+use crate::gpu::{now_ms, Batch, Gpu};
 use crate::ops::{self, AttnShape, KvPages, KvSource, Kind, RopeShape, Split, Weight, XLoad};
 use crate::oracle;
 use crate::rng::Rng;
@@ -670,25 +670,6 @@ async fn execute(gpu: &Gpu, reps: usize, op: impl Fn(&mut Batch) -> Result<()>) 
     b.submit().await?;
     gpu.finish().await?;
     Ok(Some((now_ms() - start) / reps as f64))
-}
-
-/// Wall-clock milliseconds (monotonic natively, `performance.now()` in the browser).
-#[cfg_attr(feature = "test-support", visibility::make(pub))]
-pub(crate) fn now_ms() -> f64 {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use std::sync::OnceLock;
-        static T0: OnceLock<std::time::Instant> = OnceLock::new();
-        T0.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
-    }
-    #[cfg(target_arch = "wasm32")]
-    {
-        use wasm_bindgen::JsCast;
-        js_sys::Reflect::get(&js_sys::global(), &"performance".into())
-            .ok()
-            .and_then(|p| p.dyn_into::<web_sys::Performance>().ok())
-            .map_or(0.0, |p| p.now())
-    }
 }
 
 /// Compares element-wise; the error names the first index outside `tol(i)` and both values.

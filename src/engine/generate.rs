@@ -6,7 +6,7 @@ use crate::api;
 use crate::error::{Error, Result};
 use crate::model::Logits;
 use crate::sample::{Sampler, TOP_WINDOW};
-use crate::selftest::now_ms;
+use crate::gpu::now_ms;
 use crate::tokenizer::StreamDecoder;
 
 use super::{Engine, Finish, GenerateParams, Generation};

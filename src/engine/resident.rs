@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::ops;
 
-/// Most bytes of KV pages [`ResidentCache::save_to`] reads back and hands over at once.
+/// Most bytes of KV pages a save (`Engine::save_cache_to`) reads back and hands over at once.
 pub const SAVE_BATCH_BYTES: u64 = 8 << 20;
 
 /// The KV cache's state, for `stats`.

@@ -20,7 +20,7 @@
 //! NaN logits are never candidates. A `+inf` logit takes all the probability (shared evenly with
 //! other `+inf` ones); if every candidate is `-inf` the draw is uniform among them.
 
-internal!(rng);
+pub mod rng;
 
 use std::cmp::Ordering;
 

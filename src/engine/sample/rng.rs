@@ -1,4 +1,4 @@
-//! The seeded generator behind the sampler and the test fixtures.
+//! **Unstable** (no semver promise). The seeded generator behind the sampler and the test fixtures.
 
 /// SplitMix64: a tiny seeded generator, so fixtures do not change with a crate's version.
 #[derive(Clone, Debug)]

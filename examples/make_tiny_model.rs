@@ -1,5 +1,5 @@
 //! Writes the tiny random-weight test model (`hotprefix::testmodel::tiny_gguf(1)`) to the path
-//! given and prints a summary: `cargo run -p hotprefix-cli --example make_tiny_model -- OUT.gguf
+//! given and prints a summary: `cargo run --example make_tiny_model -- OUT.gguf
 //! [kv-heavy]` (or scripts/make-tiny-model.sh). `kv-heavy` writes `TinyShape::KV_HEAVY` instead
 //! (16 KiB of K/V a position for little compute: tests and benchmarks of large resident caches).
 

@@ -1,0 +1,16 @@
+//! RMSNorm with a weight (`shaders/rmsnorm.wgsl`).
+
+use crate::error::Result;
+use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Kernel};
+
+use super::{need, u};
+
+static RMSNORM: Kernel = kernel!("rmsnorm", "main", [Read, Read, ReadWrite]);
+
+/// `y[r] = x[r] / rms(x[r]) · w` for `rows` rows of `dim`.
+pub fn rmsnorm(b: &mut Batch, x: &wgpu::Buffer, w: &wgpu::Buffer, y: &wgpu::Buffer, rows: usize, dim: usize, eps: f32) -> Result<()> {
+    need("rmsnorm", "x", x, rows * dim)?;
+    need("rmsnorm", "w", w, dim)?;
+    need("rmsnorm", "y", y, rows * dim)?;
+    b.dispatch(&RMSNORM, &[], &[u(rows), u(dim), eps.to_bits()], &[x, w, y], [u(rows).div_ceil(64), 1, 1])
+}

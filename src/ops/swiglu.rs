@@ -1,0 +1,15 @@
+//! `silu(gate) · up` of a fused gate|up projection (`shaders/swiglu.wgsl`).
+
+use crate::error::Result;
+use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Kernel};
+
+use super::{groups_1d, need, u};
+
+static SWIGLU: Kernel = kernel!("swiglu", "main", [Read, ReadWrite]);
+
+/// `y[t, j] = silu(x[t, j]) · x[t, f + j]` for a fused gate|up row of `2f`.
+pub fn swiglu(b: &mut Batch, x: &wgpu::Buffer, y: &wgpu::Buffer, t: usize, f: usize) -> Result<()> {
+    need("swiglu", "x", x, t * 2 * f)?;
+    need("swiglu", "y", y, t * f)?;
+    b.dispatch(&SWIGLU, &[], &[u(t), u(f)], &[x, y], groups_1d(b.gpu(), t * f))
+}
