@@ -211,8 +211,8 @@ impl Gpu {
         self.caps
     }
 
-    /// The wgpu device (tests that make raw buffers or lose the device on purpose).
-    #[cfg(feature = "test-support")]
+    /// The wgpu device (**unstable**: for callers that make raw buffers or lose the device on
+    /// purpose).
     pub fn device(&self) -> &wgpu::Device {
         &self.device
     }

@@ -1,0 +1,323 @@
+//! Kernel checks: each runs one GPU kernel on seeded random inputs and compares every output with
+//! the CPU oracle, naming the first index outside tolerance with both values. The same checks run
+//! in `cargo test` (native), in `wasm-pack test` (headless Chromium) and on the demo page, which
+//! also shows the speed each one measured.
+
+use crate::error::{Error, Result};
+use crate::gpu::{now_ms, Batch, Gpu};
+use crate::ops::{self, Kind, Weight};
+use crate::rng::Rng;
+use crate::quant::{self, Format};
+
+mod kernels;
+
+/// A kernel check and its shape.
+#[derive(Clone, Debug)]
+pub enum Check {
+    /// `y = x · Wᵀ` with `W` in `format`: `t` rows of `k` values in, `t` rows of `n` out.
+    Matmul {
+        /// The weight format.
+        format: Format,
+        /// Rows of x (tokens).
+        t: usize,
+        /// Row length of x and of W.
+        k: usize,
+        /// Rows of W (outputs per row of x).
+        n: usize,
+    },
+    /// `y += x · Wᵀ` (the residual fused into a projection).
+    MatmulAcc {
+        /// The weight format.
+        format: Format,
+        /// Rows of x (tokens).
+        t: usize,
+        /// Row length of x and of W.
+        k: usize,
+        /// Rows of W (outputs per row of x).
+        n: usize,
+    },
+    /// One token's projection on a matrix-vector kernel, from row `x_row` of x, with the op
+    /// before it fused into the x-load, `y +=` with `acc`.
+    Matvec {
+        /// The weight format.
+        format: Format,
+        /// Row length of W (and of x, before a SwiGLU halves it).
+        k: usize,
+        /// Rows of W (outputs).
+        n: usize,
+        /// The row of x that is read.
+        x_row: usize,
+        /// The op fused into the x-load.
+        op: Fused,
+        /// Add into y instead of overwriting it.
+        acc: bool,
+        /// The kernel variant.
+        kind: Kind,
+    },
+    /// RMSNorm with a weight, row by row.
+    RmsNorm {
+        /// Rows.
+        rows: usize,
+        /// Values per row.
+        dim: usize,
+    },
+    /// RoPE over the first `heads` heads of each of `t` rows; the `extra_heads` after them must be
+    /// left as they are.
+    Rope {
+        /// Rows (tokens), each at a random position below `max_pos`.
+        t: usize,
+        /// Heads rotated per row.
+        heads: usize,
+        /// Heads per row after them, not rotated.
+        extra_heads: usize,
+        /// Width of one head.
+        head_dim: usize,
+        /// Positions in the RoPE table.
+        max_pos: usize,
+    },
+    /// SwiGLU: rows of gate | up (`2·f` values) into rows of `f`.
+    SwiGlu {
+        /// Rows (tokens).
+        t: usize,
+        /// Values per output row (FFN width).
+        f: usize,
+    },
+    /// Embedding lookup in a Q8_0 table.
+    Embed {
+        /// Tokens looked up (the first is the last id of the table).
+        t: usize,
+        /// Rows of the table.
+        vocab: usize,
+        /// Values per row.
+        dim: usize,
+    },
+    /// Argmax of each row, with a tie (the lower index must win) and a NaN (must never win).
+    Argmax {
+        /// Rows.
+        rows: usize,
+        /// Values per row.
+        n: usize,
+    },
+    /// Greedy feed: the argmax goes to `ids[slot]` and `tokens[0]`, `pos[0]` advances.
+    ArgmaxFeed {
+        /// Logits in the row.
+        n: usize,
+        /// Where in `ids` the token goes.
+        slot: usize,
+    },
+    /// What a temperature sampler reads: the `k` largest of `n` logits (at most `cap`, ties
+    /// included), max, softmax sum, and `window` penalty-window logits. `flat`: every logit equal
+    /// (more ties than `cap`).
+    TopK {
+        /// Logits in the row.
+        n: usize,
+        /// How many of the largest to find.
+        k: usize,
+        /// Most candidates the kernel returns.
+        cap: usize,
+        /// Penalty-window token ids whose logits are read.
+        window: usize,
+        /// Every logit equal.
+        flat: bool,
+    },
+    /// `past` tokens already cached, then `t` new ones; pages shuffled in a pool of `pool` pages.
+    Attention {
+        /// Tokens cached before the new ones.
+        past: usize,
+        /// New tokens (queries).
+        t: usize,
+        /// Query heads.
+        n_head: usize,
+        /// KV heads.
+        n_kv: usize,
+        /// Width of one head.
+        head_dim: usize,
+        /// Positions per page.
+        page: usize,
+        /// Pages in the pool.
+        pool: usize,
+    },
+    /// A decode step's attention with RoPE and the KV write fused in, after `past` cached tokens.
+    DecodeAttention {
+        /// Tokens cached before the new one.
+        past: usize,
+        /// Query heads.
+        n_head: usize,
+        /// KV heads.
+        n_kv: usize,
+        /// Width of one head.
+        head_dim: usize,
+        /// Positions per page.
+        page: usize,
+        /// Pages in the pool.
+        pool: usize,
+    },
+    /// Copy the first `n` positions of one page to another (copy-on-write of a shared page).
+    KvCopy {
+        /// Pages in the pool.
+        pages: usize,
+        /// Positions per page.
+        page: usize,
+        /// KV heads.
+        n_kv: usize,
+        /// Width of one head.
+        head_dim: usize,
+        /// Positions copied.
+        n: usize,
+    },
+}
+
+/// The op a [`Check::Matvec`] fuses into its x-load (see `ops::XLoad`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fused {
+    /// None: x is read as it is.
+    None,
+    /// RMSNorm of the x row, with a weight.
+    RmsNorm,
+    /// SwiGLU of an x row of gate | up (`2·k` values).
+    SwiGlu,
+}
+
+/// What a check measured.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The check's name and shape ([`Check::name`]).
+    pub name: String,
+    /// Largest |GPU − CPU| over all outputs.
+    pub max_err: f32,
+    /// Milliseconds per kernel run, when timed.
+    pub ms: Option<f64>,
+    /// The rate that time implies, and its unit (`"GB/s"` or `"GFLOP/s"`).
+    pub rate: Option<(f64, &'static str)>,
+}
+
+impl Check {
+    /// The check's kernel and shape, e.g. `matmul Q8_0 T=1 K=96 N=37`.
+    pub fn name(&self) -> String {
+        match self {
+            Check::Matmul { format, t, k, n } => format!("matmul {} T={t} K={k} N={n}", format.name()),
+            Check::MatmulAcc { format, t, k, n } => format!("matmul+= {} T={t} K={k} N={n}", format.name()),
+            Check::Matvec { format, k, n, x_row, op, acc, kind } => {
+                format!("matvec {kind:?} {} K={k} N={n} x_row={x_row} fused={op:?}{}", format.name(), if *acc { " +=" } else { "" })
+            }
+            Check::RmsNorm { rows, dim } => format!("rmsnorm rows={rows} dim={dim}"),
+            Check::Rope { t, heads, extra_heads, head_dim, max_pos } => format!("rope T={t} heads={heads}+{extra_heads} hd={head_dim} max_pos={max_pos}"),
+            Check::SwiGlu { t, f } => format!("swiglu T={t} F={f}"),
+            Check::Embed { t, vocab, dim } => format!("embed Q8_0 T={t} vocab={vocab} dim={dim}"),
+            Check::Argmax { rows, n } => format!("argmax rows={rows} n={n}"),
+            Check::ArgmaxFeed { n, slot } => format!("argmax feed n={n} slot={slot}"),
+            Check::TopK { n, k, cap, window, flat } => format!("topk n={n} k={k} cap={cap} window={window}{}", if *flat { " flat" } else { "" }),
+            Check::DecodeAttention { past, n_head, n_kv, head_dim, page, pool } => {
+                format!("rope+kv_write+attention (fused) past={past} heads={n_head}/{n_kv} hd={head_dim} page={page} pool={pool}")
+            }
+            Check::Attention { past, t, n_head, n_kv, head_dim, page, pool } => {
+                format!("kv_write+attention past={past} T={t} heads={n_head}/{n_kv} hd={head_dim} page={page} pool={pool}")
+            }
+            Check::KvCopy { pages, page, n_kv, head_dim, n } => format!("kv_copy pages={pages} page={page} n_kv={n_kv} hd={head_dim} n={n}"),
+        }
+    }
+
+    /// The checks the browser and the demo page run: every kernel and every weight format at
+    /// small, odd shapes (the software WebGPU adapter is slow).
+    pub fn small_suite() -> Vec<Check> {
+        let mut v: Vec<Check> = Vec::new();
+        for format in Format::ALL {
+            v.push(Check::Matmul { format, t: 1, k: 96, n: 37 });
+            v.push(Check::Matmul { format, t: 7, k: 64, n: 45 });
+        }
+        for kind in [Kind::Rows, Kind::Coop] {
+            for (op, acc) in [(Fused::RmsNorm, false), (Fused::SwiGlu, true)] {
+                v.push(Check::Matvec { format: Format::Q4_1, k: 64, n: 37, x_row: 1, op, acc, kind });
+            }
+            v.push(Check::Matvec { format: Format::Q8_0, k: 96, n: 33, x_row: 0, op: Fused::RmsNorm, acc: false, kind });
+        }
+        v.push(Check::ArgmaxFeed { n: 1000, slot: 2 });
+        v.push(Check::TopK { n: 3000, k: 64, cap: 128, window: 5, flat: false });
+        v.push(Check::TopK { n: 100, k: 256, cap: 512, window: 3, flat: false });
+        v.push(Check::TopK { n: 700, k: 32, cap: 64, window: 0, flat: true });
+        v.push(Check::DecodeAttention { past: 9, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 });
+        v.push(Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 });
+        v.push(Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 64, n: 33 });
+        v.push(Check::MatmulAcc { format: Format::Q4_1, t: 5, k: 64, n: 33 });
+        v.extend([
+            Check::RmsNorm { rows: 3, dim: 100 },
+            Check::Rope { t: 5, heads: 3, extra_heads: 1, head_dim: 16, max_pos: 300 },
+            Check::SwiGlu { t: 3, f: 37 },
+            Check::Embed { t: 4, vocab: 50, dim: 64 },
+            Check::Argmax { rows: 3, n: 1000 },
+            Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
+            Check::Attention { past: 0, t: 1, n_head: 3, n_kv: 3, head_dim: 8, page: 2, pool: 2 },
+            Check::Attention { past: 600, t: 3, n_head: 6, n_kv: 2, head_dim: 16, page: 16, pool: 40 },
+            Check::KvCopy { pages: 5, page: 4, n_kv: 2, head_dim: 16, n: 3 },
+            Check::KvCopy { pages: 3, page: 16, n_kv: 3, head_dim: 64, n: 16 },
+        ]);
+        v
+    }
+
+}
+
+impl Report {
+    fn timed(name: String, max_err: f32, ms: Option<f64>, work: f64, unit: &'static str) -> Report {
+        let rate = ms.map(|ms| (work / (ms * 1e6), unit));
+        Report { name, max_err, ms, rate }
+    }
+}
+
+/// Records `op` once and waits for it.
+async fn ops_once(gpu: &Gpu, op: impl Fn(&mut Batch) -> Result<()>) -> Result<()> {
+    let mut b = gpu.batch()?;
+    op(&mut b)?;
+    b.submit().await?;
+    gpu.finish().await
+}
+
+/// Runs `op` once for the check; with `reps > 0` then times that many more runs in one batch.
+async fn execute(gpu: &Gpu, reps: usize, op: impl Fn(&mut Batch) -> Result<()>) -> Result<Option<f64>> {
+    ops_once(gpu, &op).await?;
+    if reps == 0 {
+        return Ok(None);
+    }
+    let start = now_ms();
+    let mut b = gpu.batch()?;
+    for _ in 0..reps {
+        op(&mut b)?;
+    }
+    b.submit().await?;
+    gpu.finish().await?;
+    Ok(Some((now_ms() - start) / reps as f64))
+}
+
+/// Compares element-wise; the error names the first index outside `tol(i)` and both values.
+pub(crate) fn compare(check: &str, what: &str, got: &[f32], want: &[f32], tol: impl Fn(usize) -> f32) -> Result<f32> {
+    if got.len() != want.len() {
+        return Err(Error::Mismatch(format!("{check}: {what} has {} values, expected {}", got.len(), want.len())));
+    }
+    let mut max_err = 0f32;
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (g - w).abs();
+        if d.is_nan() || d > tol(i) {
+            return Err(Error::Mismatch(format!(
+                "{check}: {what}[{i}] = {g} (GPU) vs {w} (CPU), |diff| {d:e} > tolerance {:e}",
+                tol(i)
+            )));
+        }
+        max_err = max_err.max(d);
+    }
+    Ok(max_err)
+}
+
+/// Times `y = x · Wᵀ` on random weights of `format` (no oracle: for benchmarks): the median of
+/// 5 rounds of `reps` back-to-back runs. Returns milliseconds per run and the weight's GPU bytes.
+pub async fn time_matmul(gpu: &Gpu, format: Format, t: usize, k: usize, n: usize, reps: usize) -> Result<(f64, u64)> {
+    let mut rng = Rng(42);
+    let wq = quant::quantize(format, &rng.vec(n * k, 0.5))?;
+    let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
+    let xb = gpu.upload("x", &rng.vec(t * k, 1.0)).await?;
+    let yb = gpu.storage("y", 4 * (t * n) as u64).await?;
+    let mut rounds = Vec::new();
+    for _ in 0..5 {
+        rounds.push(execute(gpu, reps.max(1), |b| ops::matmul(b, &xb, &w, &yb, t)).await?.unwrap_or(0.0));
+    }
+    rounds.sort_by(f64::total_cmp);
+    Ok((rounds[2], w.buf.size()))
+}
