@@ -22,7 +22,7 @@ fn sig7(v: f32) -> String {
 }
 
 fn main() {
-    let out = std::env::args().nth(1).unwrap_or_else(|| format!("{}/../tests/fixtures/tiny-logits.json", env!("CARGO_MANIFEST_DIR")));
+    let out = std::env::args().nth(1).unwrap_or_else(|| format!("{}/tests/fixtures/tiny-logits.json", env!("CARGO_MANIFEST_DIR")));
     let file = testmodel::tiny_gguf(1);
     let rows = pollster::block_on(async {
         let gpu = Gpu::new().await.expect("a GPU adapter");

@@ -1,178 +1,13 @@
-// The engine where it runs: in the dedicated worker (worker.js), or in the page with
-// `worker: false`. It downloads the model (progress, Cache Storage, sha256), loads it into the
-// wasm engine, and serves requests one at a time from a queue.
-
-import init, { Engine as WasmEngine, lastPanic, onPanic } from './wasm/hotprefix.js';
+// One loaded engine, where it runs: in the dedicated worker (worker.js), or in the page with
+// `worker: false`. It loads the model into the wasm engine (download.js for the bytes), serves
+// requests one at a time from a queue, and saves and restores the cache in OPFS.
+import { Engine as WasmEngine } from './wasm/hotprefix.js';
 import {
-  HotprefixError, WebGPUUnavailableError, ModelLoadError, DeviceLostError, AbortError, InvalidRequestError, fromEngine, crashError,
+  HotprefixError, WebGPUUnavailableError, DeviceLostError, AbortError, InvalidRequestError,
 } from './errors.js';
-
-import { MODEL_CACHE, SAVED_DIR } from './names.js';
-
-// A panic in the wasm engine (a bug) traps the instance (`panic = "abort"`): nothing in it can be
-// used again, so every engine in this thread fails from then on with the EngineCrashedError
-// below. The engine's panic hook tells us the message before the trap. A trap that bypasses the
-// hook (an allocation failure, a stack overflow, `unreachable`) is caught where a call throws it,
-// or, inside an async call, where it surfaces: as an uncaught error of this thread.
-let crashed = null;
-const guards = new Set(); // the reject functions of the guarded promises still pending
-function crash(message, cause) {
-  if (!crashed) {
-    crashed = crashError(message, cause);
-    for (const reject of guards) reject(crashed);
-    guards.clear();
-  }
-  return crashed;
-}
-// `promise`, rejected with the crash error if the instance crashes first: every call into the
-// engine is guarded, because a trap inside an async call leaves its promise pending forever.
-function guarded(promise) {
-  if (crashed) return Promise.reject(crashed);
-  return new Promise((resolve, reject) => {
-    guards.add(reject);
-    Promise.resolve(promise).then((v) => { guards.delete(reject); resolve(v); }, (e) => { guards.delete(reject); reject(e); });
-  });
-}
-// A trap of a wasm instance: WebAssembly.RuntimeError (unreachable, out of bounds, an allocation
-// failure), or the RangeError of a stack overflow inside wasm code.
-const isTrap = (e) => typeof WebAssembly !== 'undefined'
-  && (e instanceof WebAssembly.RuntimeError || (e instanceof RangeError && /call stack/i.test(e.message) && /wasm/.test(e.stack ?? '')));
-// The panic's message, when the hook saw one, else the trap's own.
-function trapMessage(e) {
-  let message = null;
-  try {
-    message = lastPanic() ?? null;
-  } catch {
-    // the instance is too broken to say
-  }
-  return message ?? `${e?.name ?? 'Error'}: ${e?.message ?? e} (a trap without a panic message)`;
-}
-// The package error for what a call into the engine threw.
-function engineError(e, phase) {
-  if (isTrap(e)) return crash(trapMessage(e), e);
-  return fromEngine(e, phase);
-}
-// A trap inside an async call surfaces as an uncaught error of this thread (from the task queue of
-// the async call), not from the call: while a call into the engine is pending, it is that call's
-// crash. It is reported once, as the EngineCrashedError, not again as an uncaught error.
-for (const type of ['error', 'unhandledrejection']) {
-  globalThis.addEventListener?.(type, (ev) => {
-    const e = ev.error ?? ev.reason;
-    if (!isTrap(e)) return;
-    if (!crashed && guards.size > 0) crash(trapMessage(e), e);
-    if (crashed) ev.preventDefault();
-  });
-}
-
-let wasm = null; // the wasm module's exports, once instantiated
-function loadWasm(wasmUrl) {
-  wasm ??= init(wasmUrl ? { module_or_path: wasmUrl } : undefined).then((exports) => {
-    onPanic((message) => crash(message));
-    return exports;
-  }, (e) => {
-    wasm = null;
-    throw new HotprefixError(`could not load hotprefix's wasm module: ${e?.message ?? e}`, { cause: e });
-  });
-  return wasm;
-}
-
-const hex = (buf) => [...new Uint8Array(buf)].map((b) => b.toString(16).padStart(2, '0')).join('');
-
-async function openCache() {
-  try {
-    return globalThis.caches ? await caches.open(MODEL_CACHE) : null;
-  } catch {
-    return null; // opaque origins and some private modes have no Cache Storage
-  }
-}
-
-// Bytes allocated up front for a download, whatever its Content-Length says: the buffer grows
-// (doubling, up to the declared length) as the bytes arrive, so a huge or wrong header costs
-// nothing before the bytes are there.
-const FIRST_ALLOCATION = 64 << 20;
-
-/** Reads `res`'s body with progress; checks the length against Content-Length. */
-async function readBody(res, url, onProgress) {
-  const encoded = (res.headers.get('content-encoding') ?? 'identity') !== 'identity';
-  const declared = Number(res.headers.get('content-length'));
-  const total = !encoded && Number.isSafeInteger(declared) && declared > 0 ? declared : null;
-  if (!res.body) throw new ModelLoadError(`${url}: the response has no body`);
-  const reader = res.body.getReader();
-  let bytes = null;
-  let loaded = 0;
-  try {
-    bytes = new Uint8Array(Math.min(total ?? FIRST_ALLOCATION, FIRST_ALLOCATION));
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      if (total !== null && loaded + value.length > total) {
-        throw new ModelLoadError(`${url}: more bytes than the ${total} its Content-Length declares`);
-      }
-      if (loaded + value.length > bytes.length) {
-        const grown = new Uint8Array(Math.min(total ?? Infinity, Math.max(2 * bytes.length, loaded + value.length)));
-        grown.set(bytes.subarray(0, loaded));
-        bytes = grown;
-      }
-      bytes.set(value, loaded);
-      loaded += value.length;
-      onProgress({ phase: 'download', loaded, total });
-    }
-  } catch (e) {
-    reader.cancel().catch(() => {}); // stop the download
-    if (e instanceof HotprefixError) throw e;
-    const what = e instanceof RangeError ? 'out of memory' : 'download failed';
-    throw new ModelLoadError(`${url}: ${what} after ${loaded}${total ? ` of ${total}` : ''} bytes: ${e?.message ?? e}`, { cause: e });
-  }
-  if (total !== null && loaded < total) {
-    throw new ModelLoadError(`${url}: truncated download: ${loaded} of ${total} bytes`);
-  }
-  return loaded === bytes.length ? bytes : bytes.slice(0, loaded);
-}
-
-/**
- * The model file's bytes and whether they came from Cache Storage. A URL is read from the cache
- * when it is there (no network request), else fetched with progress and checked against its
- * Content-Length.
- */
-async function modelBytes(model, onProgress, { skipCache = false } = {}) {
-  if (model instanceof ArrayBuffer) return { bytes: new Uint8Array(model), url: null, cached: false };
-  if (ArrayBuffer.isView(model)) return { bytes: new Uint8Array(model.buffer, model.byteOffset, model.byteLength), url: null, cached: false };
-  if (typeof model !== 'string') throw new InvalidRequestError('model must be a URL string, an ArrayBuffer or a Uint8Array');
-  const url = model;
-  const cache = skipCache ? null : await openCache();
-  const hit = cache ? await cache.match(url) : undefined;
-  if (hit) {
-    const bytes = new Uint8Array(await hit.arrayBuffer());
-    onProgress({ phase: 'download', loaded: bytes.length, total: bytes.length, cached: true });
-    return { bytes, url, cached: true, sha256: hit.headers.get('x-hotprefix-sha256') };
-  }
-  let res;
-  try {
-    res = await fetch(url);
-  } catch (e) {
-    throw new ModelLoadError(`${url}: the request failed: ${e?.message ?? e}`, { cause: e });
-  }
-  if (!res.ok) throw new ModelLoadError(`${url}: HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''}`, { status: res.status });
-  return { bytes: await readBody(res, url, onProgress), url, cached: false };
-}
-
-/**
- * The file's sha256 (hex): checked against `sha256` when one is given, and the model's identity
- * for saved caches. A cached file's recorded digest is reused when no check is asked for; without
- * crypto.subtle (an insecure context) it is null, and saved caches are off.
- */
-async function digest(bytes, sha256, recorded, what) {
-  if (!sha256 && recorded) return recorded;
-  if (!globalThis.crypto?.subtle) {
-    if (sha256) throw new ModelLoadError(`${what}: sha256 verification needs a secure context (https or localhost)`);
-    return null;
-  }
-  const got = hex(await crypto.subtle.digest('SHA-256', bytes));
-  if (sha256 && got !== sha256.toLowerCase()) {
-    throw new ModelLoadError(`${what}: integrity check failed: sha256 ${got}, expected ${sha256.toLowerCase()}`);
-  }
-  return got;
-}
+import { crashedError, engineError, guarded, isTrap, loadWasm } from './crash.js';
+import { digest, modelBytes, openCache } from './download.js';
+import { SAVED_DIR } from './names.js';
 
 function checkOptions(o) {
   if (o.sha256 != null && !/^[0-9a-fA-F]{64}$/.test(o.sha256)) throw new InvalidRequestError('sha256 must be 64 hex digits');
@@ -228,7 +63,7 @@ export class Core {
       throw new WebGPUUnavailableError('WebGPU is present but offers no adapter (disabled, blocklisted GPU, or no GPU)', { reason: 'no-adapter' });
     }
     const exports = await loadWasm(opts.wasmUrl);
-    if (crashed) throw crashed;
+    if (crashedError()) throw crashedError();
     let src = await modelBytes(opts.model, onProgress);
     const what = src.url ?? 'the model buffer';
     let sha;
@@ -280,7 +115,7 @@ export class Core {
   // Runs `fn` when the requests before it are done. A request aborted while it waits is removed.
   #enqueue(fn, signal) {
     return new Promise((resolve, reject) => {
-      if (crashed || this.#closed) return reject(crashed ?? this.#closed);
+      if (crashedError() || this.#closed) return reject(crashedError() ?? this.#closed);
       if (signal?.aborted) return reject(new AbortError('the request was aborted before it started'));
       const job = { fn, resolve, reject, signal, started: false };
       job.onAbort = () => {
@@ -301,7 +136,7 @@ export class Core {
         const job = this.#queue.shift();
         job.started = true;
         try {
-          job.resolve(await guarded(crashed ? null : job.fn()));
+          job.resolve(await guarded(crashedError() ? null : job.fn()));
         } catch (e) {
           job.reject(isTrap(e) ? engineError(e, 'request') : e);
         } finally {
@@ -431,7 +266,7 @@ export class Core {
         const r = await this.#engine.restoreCache(new Uint8Array(await file.arrayBuffer()), this.modelKey);
         return { ...r, bytes: file.size };
       } catch (e) {
-        if (crashed || isTrap(e)) throw engineError(e, 'request');
+        if (crashedError() || isTrap(e)) throw engineError(e, 'request');
         const warning = `the saved cache was not used: ${e?.message ?? e}`;
         console.warn(`hotprefix: ${warning}`);
         if (e?.name === 'CacheFileError') await this.#removeSaved(); // refused for good: never read again
@@ -488,49 +323,14 @@ export class Core {
   unload() {
     this.#unloading ??= (async () => {
       this.#closed = new HotprefixError('the engine was unloaded');
-      for (const job of this.#queue.splice(0)) job.reject(crashed ?? this.#closed);
+      for (const job of this.#queue.splice(0)) job.reject(crashedError() ?? this.#closed);
       await guarded(this.#pumping).catch(() => {}); // a crash ends the wait
-      if (!crashed) {
+      if (!crashedError()) {
         this.#engine.destroyDevice();
         this.#engine.free();
       }
       this.#engine = null;
     })();
     return this.#unloading;
-  }
-}
-
-/**
- * The engine's operations by name, for both hosts: the worker (worker.js) and the page itself
- * (`worker: false`). `onEvent({type: 'progress', progress} | {type: 'text', text})`.
- */
-export class Host {
-  core = null;
-
-  async call(op, args, { onEvent, signal } = {}) {
-    if (op === 'load') {
-      if (this.core) throw new HotprefixError('a model is already loaded here');
-      this.core = await Core.load(args, (progress) => onEvent?.({ type: 'progress', progress }));
-      return this.core.info();
-    }
-    if (op === 'unload') {
-      const core = this.core;
-      this.core = null;
-      return core?.unload();
-    }
-    const core = this.core;
-    if (!core) throw new HotprefixError('no model is loaded');
-    switch (op) {
-      case 'chat': return core.chat(args.request, (text) => onEvent?.({ type: 'text', text }), signal);
-      case 'stats': return core.stats();
-      case 'clear': return core.clear();
-      case 'persist': return core.persist();
-      case 'restore': return core.restore();
-      case 'forget': return core.forget();
-      case 'loseDevice': return core.loseDevice();
-      case 'panicForTest': return core.panicForTest(args?.message);
-      case 'trapForTest': return core.trapForTest(args?.kind);
-      default: throw new HotprefixError(`unknown operation ${op}`);
-    }
   }
 }

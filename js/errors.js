@@ -120,12 +120,11 @@ export function fromEngine(e, phase) {
     case 'AdapterLimitsError': return new WebGPUUnavailableError(message, { ...opts, reason: 'limits' });
     case 'DeviceLostError': return new DeviceLostError(message, opts);
     case 'ContextFullError': return new ContextOverflowError(message, opts);
-    case 'CacheFullError': return new KvBudgetError(message, opts);
+    case 'CacheFullError':
+    case 'KvBudgetTooLargeError': return new KvBudgetError(message, opts);
     case 'NumericsError': return new NumericsError(message, opts);
-    case 'TooLargeError':
-      // A KV budget past the adapter's limits, or a weight larger than one binding may be.
-      return /KV budget/.test(message) ? new KvBudgetError(message, opts)
-        : new WebGPUUnavailableError(message, { ...opts, reason: 'limits' });
+    case 'TooLargeError': // a weight larger than one binding may be
+      return new WebGPUUnavailableError(message, { ...opts, reason: 'limits' });
     default:
       if (phase === 'load' && LOAD_ERRORS.has(kind)) return new ModelLoadError(message, opts);
       if (REQUEST_ERRORS.has(kind) || (phase === 'load' && kind === 'InvalidArgumentError')) return new InvalidRequestError(message, opts);

@@ -88,9 +88,11 @@ export interface DivergedAt {
   new: string;
 }
 
+/** The prompt-layout rule a warning is about (checked against the engine's by a test). */
+export type WarningCode = 'dynamic_before_static' | 'history_rewritten' | 'json_serialization_changed';
+
 export interface CacheWarning {
-  /** 'dynamic_before_static' | 'history_rewritten' | 'json_serialization_changed' */
-  code: string;
+  code: WarningCode;
   message: number | null;
   detail: string;
 }

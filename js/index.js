@@ -13,6 +13,7 @@ export {
 };
 
 export { MODEL_CACHE, SAVED_DIR } from './names.js';
+import { OP } from './names.js';
 
 // Request fields hotprefix does not implement: refused rather than silently ignored.
 const UNSUPPORTED = ['tools', 'tool_choice', 'functions', 'function_call', 'response_format', 'logprobs', 'top_logprobs', 'logit_bias', 'audio', 'modalities'];
@@ -63,12 +64,12 @@ class WorkerBackend {
 
   call(op, args, { onEvent, signal } = {}) {
     // Unloading a crashed engine has nothing left to free: its worker is gone.
-    if (this.dead && this.crashed && op === 'unload') return Promise.resolve();
+    if (this.dead && this.crashed && op === OP.unload) return Promise.resolve();
     if (this.dead) return Promise.reject(this.dead);
     if (signal?.aborted) return Promise.reject(aborted());
     const id = this.next++;
     return new Promise((resolve, reject) => {
-      const onAbort = () => this.worker.postMessage({ id: this.next++, op: 'abort', args: { target: id } });
+      const onAbort = () => this.worker.postMessage({ id: this.next++, op: OP.abort, args: { target: id } });
       signal?.addEventListener('abort', onAbort, { once: true });
       const settle = (f) => {
         this.pending.delete(id);
@@ -87,7 +88,7 @@ class WorkerBackend {
   }
 }
 
-// The engine in this thread (`worker: false`): core.js's Host, loaded on first use.
+// The engine in this thread (`worker: false`): host.js's Host, loaded on first use.
 class LocalBackend {
   constructor() {
     this.inWorker = false;
@@ -98,7 +99,7 @@ class LocalBackend {
   async call(op, args, { onEvent, signal } = {}) {
     if (this.dead) throw this.dead;
     if (signal?.aborted) throw aborted();
-    this.host ??= new (await import('./core.js')).Host();
+    this.host ??= new (await import('./host.js')).Host();
     return this.host.call(op, args, { onEvent, signal });
   }
 
@@ -169,19 +170,19 @@ class Engine {
       async prewarm(messages, { cache_salt: salt, signal } = {}) {
         const { request } = engineRequest({ messages, cache_salt: salt });
         request.max_tokens = 0;
-        const r = await call('chat', { request }, { signal });
+        const r = await call(OP.chat, { request }, { signal });
         return { prompt_tokens: r.usage.prompt_tokens, cached_tokens: r.usage.prompt_tokens_details.cached_tokens, cache: r.cache };
       },
       /** Pages used/free/total, bytes and the resident prefixes (tokens, pages, last use). */
-      stats: () => call('stats'),
+      stats: () => call(OP.stats),
       /** Forgets every resident prefix. */
-      clear: () => call('clear'),
+      clear: () => call(OP.clear),
       /** Saves every resident prefix (token ids and KV pages) to OPFS: {bytes, prefixes, tokens}. */
-      persist: () => call('persist'),
+      persist: () => call(OP.persist),
       /** Makes the saved prefixes resident again (createEngine's `restoreCache` does this). */
-      restore: () => call('restore'),
+      restore: () => call(OP.restore),
       /** Deletes the saved files. */
-      forget: () => call('forget'),
+      forget: () => call(OP.forget),
       /** What `restoreCache` restored at load: {prefixes, tokens, pages, skipped, bytes},
        * {warning, bytes} when the saved file was refused, or null. */
       restored: info.restored ?? null,
@@ -195,7 +196,7 @@ class Engine {
     const created = Math.floor(Date.now() / 1000);
     const base = { id, created, model: this.model, system_fingerprint: null };
     if (!stream) {
-      const r = await this.#backend.call('chat', { request }, { signal });
+      const r = await this.#backend.call(OP.chat, { request }, { signal });
       return {
         ...base,
         object: 'chat.completion',
@@ -209,7 +210,7 @@ class Engine {
     return new ChunkStream((push, ac) => {
       push(chunk(delta({ role: 'assistant', content: '' })));
       return this.#backend
-        .call('chat', { request }, { signal: ac.signal, onEvent: (m) => m.type === 'text' && push(chunk(delta({ content: m.text }))) })
+        .call(OP.chat, { request }, { signal: ac.signal, onEvent: (m) => m.type === 'text' && push(chunk(delta({ content: m.text }))) })
         .then((r) => {
           const report = { hotprefix: { cache: r.cache, timings: r.timings } };
           if (includeUsage) {
@@ -224,25 +225,25 @@ class Engine {
 
   /** Loses the GPU device on purpose, to test an app's DeviceLostError handling. */
   _loseDevice() {
-    return this.#backend.call('loseDevice');
+    return this.#backend.call(OP.loseDevice);
   }
 
   /** Test only: makes the engine panic (a Rust panic, as a bug would), to test an app's
    * EngineCrashedError handling. The engine is unusable afterwards. */
   _panicForTest(message = 'test panic') {
-    return this.#backend.call('panicForTest', { message: String(message) });
+    return this.#backend.call(OP.panicForTest, { message: String(message) });
   }
 
   /** Test only: makes the engine trap without a panic (`'oom'`, `'stack'` or `'unreachable'`), as
    * an allocation failure or a stack overflow would. The engine is unusable afterwards. */
   _trapForTest(kind = 'unreachable') {
-    return this.#backend.call('trapForTest', { kind: String(kind) });
+    return this.#backend.call(OP.trapForTest, { kind: String(kind) });
   }
 
   /** Waits for running requests, frees the model's GPU memory and stops the worker. */
   async unload() {
     try {
-      await this.#backend.call('unload');
+      await this.#backend.call(OP.unload);
     } finally {
       this.#backend.close();
     }
@@ -327,7 +328,7 @@ export async function createEngine(options = {}) {
   }
   const backend = worker === false ? new LocalBackend() : new WorkerBackend();
   try {
-    const info = await backend.call('load', { model: source, sha256, kvBudgetMB, contextSize, pageSize, restoreCache: restoreCache === true }, {
+    const info = await backend.call(OP.load, { model: source, sha256, kvBudgetMB, contextSize, pageSize, restoreCache: restoreCache === true }, {
       onEvent: (m) => m.type === 'progress' && onProgress?.(m.progress),
     });
     return new Engine(backend, info, id ?? 'hotprefix');

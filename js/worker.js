@@ -1,7 +1,8 @@
 // The dedicated module worker that runs the engine for index.js's proxy. Protocol: the page posts
 // {id, op, args}; the worker answers {id, type: 'progress' | 'text' | 'result' | 'error', ...}.
 // {op: 'abort', args: {target}} aborts request `target`, queued or running.
-import { Host } from './core.js';
+import { Host } from './host.js';
+import { OP } from './names.js';
 import { toWire } from './errors.js';
 
 const host = new Host();
@@ -10,7 +11,7 @@ const reply = (m) => self.postMessage(m);
 
 self.onmessage = async ({ data }) => {
   const { id, op, args } = data ?? {};
-  if (op === 'abort') {
+  if (op === OP.abort) {
     controllers.get(args?.target)?.abort();
     return;
   }

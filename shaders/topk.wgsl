@@ -7,7 +7,7 @@
 // per byte of the key, each building a 256-bin histogram (workgroup atomics) of the keys that
 // share the bytes chosen so far, from which lane 0 picks the bin holding the K-th largest.
 //
-// out layout (u32 words):
+// out layout (u32 words; its one owner on the Rust side is ops::TopkLayout in src/ops/topk.rs):
 //   [0] how many logits have a key >= the threshold (may exceed cap: the caller then reads all)
 //   [1] the threshold key (the K-th largest key; 1 when the row has fewer than K non-NaN logits)
 //   [2] m as f32 bits     [3] S as f32 bits

@@ -250,11 +250,40 @@ pub struct DivergedAt {
     pub new: String,
 }
 
+/// Which prompt-layout rule a [`Warning`] is about (its JSON name, snake_case). The
+/// TypeScript union `WarningCode` in js/index.d.ts is checked against [`WarningCode::ALL`].
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningCode {
+    /// A clock time, date, id or counter in a message before a long static part (the rule:
+    /// static first, dynamic last).
+    DynamicBeforeStatic,
+    /// A message in the middle of the conversation changed while later ones were kept (the
+    /// rule: history is append-only).
+    HistoryRewritten,
+    /// A JSON value equal to one sent earlier, serialised differently (the rule: canonical JSON).
+    JsonSerializationChanged,
+}
+
+impl WarningCode {
+    /// Every code.
+    pub const ALL: [WarningCode; 3] = [WarningCode::DynamicBeforeStatic, WarningCode::HistoryRewritten, WarningCode::JsonSerializationChanged];
+
+    /// The code's JSON name: `"dynamic_before_static"`, …
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarningCode::DynamicBeforeStatic => "dynamic_before_static",
+            WarningCode::HistoryRewritten => "history_rewritten",
+            WarningCode::JsonSerializationChanged => "json_serialization_changed",
+        }
+    }
+}
+
 /// A prompt-layout rule the request breaks, and what to change.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Warning {
-    /// `dynamic_before_static`, `history_rewritten`, `json_serialization_changed`.
-    pub code: &'static str,
+    /// The rule.
+    pub code: WarningCode,
     /// The message it is about (index into the request's `messages`).
     pub message: Option<usize>,
     /// What was found and what to do, for a developer.
@@ -367,5 +396,20 @@ mod tests {
         let long = "é".repeat(MAX_STOP_CHARS);
         assert!(ChatRequest::from_json(&format!(r#"{{{HI},"stop":"{long}"}}"#)).is_ok(), "256 characters (512 bytes) are allowed");
         assert!(refused(&format!(r#"{{{HI},"stop":["a","{long}é"]}}"#)).contains("stop[1]: 257 characters"));
+    }
+
+    #[test]
+    fn warning_codes_serialize_by_name_and_the_typescript_union_matches() {
+        for c in WarningCode::ALL {
+            assert_eq!(serde_json::to_value(c).unwrap(), serde_json::json!(c.as_str()));
+        }
+        // js/index.d.ts: `export type WarningCode = 'a' | 'b' | …;`
+        let dts = include_str!("../js/index.d.ts");
+        let line = dts.lines().find(|l| l.starts_with("export type WarningCode =")).expect("index.d.ts declares WarningCode");
+        let mut ts: Vec<&str> = line.split('\'').skip(1).step_by(2).collect();
+        let mut rust: Vec<&str> = WarningCode::ALL.iter().map(|c| c.as_str()).collect();
+        ts.sort_unstable();
+        rust.sort_unstable();
+        assert_eq!(ts, rust, "index.d.ts's WarningCode and api::WarningCode differ");
     }
 }

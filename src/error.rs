@@ -63,6 +63,17 @@ pub enum Error {
         /// Positions available (the context window, or the sequence's room).
         capacity: usize,
     },
+    /// The KV budget asked for at load is larger than this adapter can bind: each layer's K (or
+    /// V) pages are one buffer, and it would exceed the binding limit.
+    #[error("a KV budget of {budget_mb} MB needs {bytes} bytes of pages, and this adapter allows {limit}")]
+    KvBudgetTooLarge {
+        /// The budget asked for, in MiB.
+        budget_mb: f64,
+        /// Bytes of pages it needs.
+        bytes: u64,
+        /// Bytes of pages this adapter allows.
+        limit: u64,
+    },
     /// The KV budget cannot hold the request, even after evicting every cached prefix no running
     /// request uses. Nothing resident was changed.
     #[error("KV cache budget exhausted: {needed_pages} more pages needed, {free_pages} can be freed")]
@@ -124,6 +135,7 @@ impl Error {
             Error::ContextFull { .. } => "ContextFullError",
             Error::InvalidArgument(_) => "InvalidArgumentError",
             Error::CacheFull { .. } => "CacheFullError",
+            Error::KvBudgetTooLarge { .. } => "KvBudgetTooLargeError",
             Error::CacheCorrupt(_) => "CacheCorruptError",
             Error::CacheFile(_) => "CacheFileError",
             Error::Model(_) => "ModelError",

@@ -8,7 +8,7 @@
 //! run in the browser are in tests/cache_tiny.rs.
 #![cfg(not(target_arch = "wasm32"))]
 
-use hotprefix::api::ChatRequest;
+use hotprefix::api::{ChatRequest, WarningCode};
 use hotprefix::chat::Message;
 use hotprefix::engine::{AbortSignal, Engine, EngineOptions, Finish, GenerateParams};
 use hotprefix::gpu::Gpu;
@@ -16,13 +16,14 @@ use hotprefix::rng::Rng;
 use hotprefix::testmodel::tiny_gguf;
 
 mod common;
+mod dual;
 
 fn block<T>(f: impl std::future::Future<Output = T>) -> T {
     pollster::block_on(f)
 }
 
 fn gpu() -> Gpu {
-    block(Gpu::new()).unwrap_or_else(|e| panic!("GPU tests need an adapter (install Mesa lavapipe: see scripts/setup.sh): {e}"))
+    block(dual::gpu())
 }
 
 fn tiny(opts: EngineOptions) -> Engine {
@@ -169,14 +170,14 @@ fn wrong_layout_is_diagnosed_and_static_first_hits() {
         ]
     };
     let first = block(e.chat(&ChatRequest::new(wrong("Alice", "09:14"), 2), |_| {})).unwrap();
-    assert!(first.cache.warnings.iter().any(|w| w.code == "dynamic_before_static" && w.message == Some(0)), "{:?}", first.cache.warnings);
+    assert!(first.cache.warnings.iter().any(|w| w.code == WarningCode::DynamicBeforeStatic && w.message == Some(0)), "{:?}", first.cache.warnings);
     let second = block(e.chat(&ChatRequest::new(wrong("Bob", "09:15"), 2), |_| {})).unwrap();
     let d = second.cache.diverged_at.as_ref().expect("a divergence is reported");
     assert_eq!((d.message, d.role.as_deref()), (Some(0), Some("system")), "{d:?}");
     assert_eq!(d.char, "You are helping".len(), "{d:?}");
     assert!(d.resident.starts_with(" Alice") && d.new.starts_with(" Bob"), "{d:?}");
     assert!(second.usage.prompt_tokens_details.cached_tokens < 10, "almost everything recomputed");
-    assert!(second.cache.warnings.iter().any(|w| w.code == "dynamic_before_static"));
+    assert!(second.cache.warnings.iter().any(|w| w.code == WarningCode::DynamicBeforeStatic));
 
     e.clear_cache();
     let right = |name: &str, time: &str| {

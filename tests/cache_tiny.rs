@@ -8,7 +8,6 @@
 use hotprefix::api::ChatRequest;
 use hotprefix::chat::Message;
 use hotprefix::engine::{AbortSignal, Engine, EngineOptions, Finish, GenerateParams};
-use hotprefix::gpu::Gpu;
 use hotprefix::sample::SamplingParams;
 use hotprefix::rng::Rng;
 use hotprefix::testmodel::tiny_gguf;
@@ -20,7 +19,7 @@ mod dual;
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
 async fn tiny(opts: EngineOptions) -> Engine {
-    let gpu = Gpu::new().await.unwrap_or_else(|e| panic!("GPU tests need an adapter (lavapipe natively, --enable-unsafe-webgpu in Chromium): {e}"));
+    let gpu = dual::gpu().await;
     Engine::load(gpu, &tiny_gguf(1), opts).await.expect("load the tiny model")
 }
 
@@ -372,7 +371,7 @@ async fn message_names() {
     let file = hotprefix::testmodel::tiny_gguf_with(1, |md, _| {
         md.insert("tokenizer.chat_template".into(), hotprefix::gguf::Value::Str(template.into()));
     });
-    let gpu = Gpu::new().await.unwrap();
+    let gpu = dual::gpu().await;
     let e = Engine::load(gpu, &file, EngineOptions::default()).await.unwrap();
     let t = e.tokenizer();
     let ids = e.encode_chat(&[Message::new("user", "hi").named("<|im_start|>")]).unwrap();

@@ -4,16 +4,16 @@
 
 use hotprefix::chat::Message;
 use hotprefix::engine::{Engine, EngineOptions, Finish, GenerateParams};
-use hotprefix::gpu::Gpu;
 use hotprefix::sample::SamplingParams;
 use hotprefix::Error;
 
 mod common;
+mod dual;
 
 fn engine() -> Engine {
     let file = common::model_bytes();
     pollster::block_on(async {
-        let gpu = Gpu::new().await.expect("GPU adapter");
+        let gpu = dual::gpu().await;
         Engine::load(gpu, &file, EngineOptions { context: Some(1024), kv_budget_mb: Some(64.0), ..EngineOptions::default() }).await.expect("load")
     })
 }
@@ -42,7 +42,7 @@ fn prefix_reuse_gives_the_same_tokens_as_a_cold_run() {
         assert_eq!(&second[..first.len()], &first[..], "the template keeps history append-only");
         let warm = e.generate(&second, &greedy(8), |_| {}).await.unwrap();
         assert!(warm.cached_tokens >= first.len(), "cached {} of {}", warm.cached_tokens, second.len());
-        e.reset();
+        e.clear_cache();
         let cold = e.generate(&second, &greedy(8), |_| {}).await.unwrap();
         assert_eq!(cold.cached_tokens, 0);
         assert_eq!(warm.tokens, cold.tokens, "reusing cached K/V must not change the answer");

@@ -6,8 +6,10 @@ use hotprefix::ops::{self, Weight};
 use hotprefix::quant::{self, Format};
 use hotprefix::Error;
 
+mod dual;
+
 fn gpu() -> Gpu {
-    pollster::block_on(Gpu::new()).unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"))
+    pollster::block_on(dual::gpu())
 }
 
 #[test]
@@ -105,5 +107,20 @@ fn a_tensor_over_the_binding_limit_is_refused_by_name() {
         Err(Error::TooLarge { what, .. }) => assert_eq!(what, "token_embd"),
         Err(e) => panic!("expected TooLarge for token_embd, got {e}"),
         Ok(_) => panic!("the engine loaded a tensor over the binding limit"),
+    }
+}
+
+#[test]
+fn a_kv_budget_beyond_the_adapter_limit_is_its_own_error() {
+    use hotprefix::engine::{Engine, EngineOptions};
+    let file = hotprefix::testmodel::tiny_gguf(1);
+    let opts = EngineOptions { kv_budget_mb: Some(1e7), ..EngineOptions::default() };
+    match pollster::block_on(Engine::load(gpu(), &file, opts)) {
+        Err(e @ Error::KvBudgetTooLarge { budget_mb, bytes, limit }) => {
+            assert!(budget_mb == 1e7 && bytes > limit, "{e}");
+            assert_eq!(e.name(), "KvBudgetTooLargeError");
+        }
+        Err(e) => panic!("expected KvBudgetTooLarge, got {e}"),
+        Ok(_) => panic!("a 10 TB KV budget loaded"),
     }
 }

@@ -2,24 +2,19 @@
 //! lavapipe in CI) and in headless Chromium (`wasm-pack test --headless --chrome`).
 //! A machine without an adapter fails these tests loudly: they never pass silently.
 
-use hotprefix::gpu::Gpu;
 use hotprefix::quant::Format;
-use hotprefix::ops::Kind;
+use hotprefix::ops::Variant;
 use hotprefix::quant::Format::{F16, F32, Q4_1, Q8_0};
 use hotprefix::selftest::{Check, Fused};
+
+mod dual;
 
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
-async fn gpu() -> Gpu {
-    match Gpu::new().await {
-        Ok(g) => g,
-        Err(e) => panic!("GPU tests need an adapter (install Mesa lavapipe: see .ci/run): {e}"),
-    }
-}
 
 async fn check_all(checks: &[Check]) {
-    let gpu = gpu().await;
+    let gpu = dual::gpu().await;
     for (i, c) in checks.iter().enumerate() {
         if let Err(e) = c.run(&gpu, 7 + i as u64, 0).await {
             panic!("{} on {}: {e}", c.name(), gpu.describe());
@@ -30,7 +25,7 @@ async fn check_all(checks: &[Check]) {
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn adapter_is_found_and_reports_itself() {
-    let gpu = pollster::block_on(gpu());
+    let gpu = pollster::block_on(dual::gpu());
     println!("adapter: {}", gpu.describe());
     assert!(gpu.limits().max_storage_buffer_binding_size >= 128 << 20, "asked for the adapter's own limits");
     gpu.check_alive().expect("fresh device is alive");
@@ -39,7 +34,7 @@ fn adapter_is_found_and_reports_itself() {
 #[cfg(target_arch = "wasm32")]
 #[wasm_bindgen_test::wasm_bindgen_test]
 async fn adapter_is_found_and_reports_itself() {
-    let gpu = gpu().await;
+    let gpu = dual::gpu().await;
     wasm_bindgen_test::console_log!("adapter: {}", gpu.describe());
     assert!(gpu.limits().max_storage_buffer_binding_size >= 128 << 20, "asked for the adapter's own limits");
     gpu.check_alive().expect("fresh device is alive");
@@ -85,7 +80,7 @@ gpu_test!(matmul_accumulate,
 /// weight format and fused op, odd N, from a later row of x, with and without the residual add.
 fn matvecs(shapes: &[(usize, usize)]) -> Vec<Check> {
     let mut v = Vec::new();
-    for kind in [Kind::Rows, Kind::Lanes, Kind::Coop] {
+    for kind in [Variant::Rows, Variant::Lanes, Variant::Coop] {
         for (i, format) in [F32, F16, Q8_0, Q4_1].into_iter().enumerate() {
             for (j, op) in [Fused::None, Fused::RmsNorm, Fused::SwiGlu].into_iter().enumerate() {
                 let (k, n) = shapes[(i + j) % shapes.len()];

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 
 use hotprefix::engine::{Engine, EngineOptions};
 use hotprefix::gguf::Value;
-use hotprefix::gpu::Gpu;
 use hotprefix::preflight::check_model_cpu;
 use hotprefix::testmodel::{tiny_gguf, tiny_gguf_with, TensorEntry};
 
 mod common;
+mod dual;
 
 /// The tiny model with its metadata and tensor table edited.
 fn tiny_with(edit: impl FnOnce(&mut BTreeMap<String, Value>, &mut Vec<TensorEntry>)) -> Vec<u8> {
@@ -58,7 +58,7 @@ fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
     for (what, file) in &cases {
         let cpu = check_model_cpu(file).map(|c| c.config);
         let opts = EngineOptions { context: Some(64), kv_budget_mb: Some(1.0), ..EngineOptions::default() };
-        let gpu = pollster::block_on(Gpu::new()).expect("GPU adapter");
+        let gpu = pollster::block_on(dual::gpu());
         let load = pollster::block_on(Engine::load(gpu, file, opts)).map(|e| e.model().config().clone());
         match (&cpu, &load) {
             (Ok(a), Ok(b)) if a == b => {}
@@ -86,7 +86,7 @@ fn the_default_model_passes_and_its_template_renders() {
 #[test]
 fn add_bos_is_applied_to_chat_prompts() {
     let msgs = [hotprefix::chat::Message::new("user", "hello there")];
-    let gpu = || pollster::block_on(Gpu::new()).unwrap_or_else(|e| panic!("GPU tests need an adapter: {e}"));
+    let gpu = || pollster::block_on(dual::gpu());
     // BOS = <|endoftext|> (256): the ChatML text does not start with it (it starts with
     // <|im_start|>, which is SmolLM2's BOS and so already first there).
     let model = |add: bool| {

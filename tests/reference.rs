@@ -4,11 +4,11 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use base64::Engine as _;
-use hotprefix::gpu::Gpu;
 use hotprefix::model::{Model, Options};
 use serde_json::Value;
 
 mod common;
+mod dual;
 use common::{model_bytes, reference as load_json};
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -36,7 +36,7 @@ fn agrees_with_llama_cpp_on_the_public_prompts() {
     let reference = load_json("smollm2-q4_1-llamacpp.json");
     let file = model_bytes();
     pollster::block_on(async {
-        let gpu = Gpu::new().await.expect("GPU adapter");
+        let gpu = dual::gpu().await;
         let opts = Options { chunk: 64, context: Some(2048), all_logits: true };
         let model = Model::load(&gpu, &file, opts).await.expect("load model");
         let kv = model.kv_cache(&gpu, 2048 / 16, 16).await.expect("KV cache");

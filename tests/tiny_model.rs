@@ -10,7 +10,7 @@
 use hotprefix::gpu::Gpu;
 use hotprefix::kv::KvCache;
 use hotprefix::model::{Logits, Model, Options};
-use hotprefix::ops::Kind;
+use hotprefix::ops::Variant;
 use hotprefix::rng::Rng;
 use hotprefix::testmodel::{oracle_logits, tiny_gguf};
 
@@ -30,10 +30,7 @@ fn opts() -> Options {
 }
 
 async fn load() -> (Gpu, Vec<u8>, Model, KvCache) {
-    let gpu = match Gpu::new().await {
-        Ok(g) => g,
-        Err(e) => panic!("GPU tests need an adapter (install Mesa lavapipe: see .ci/run): {e}"),
-    };
+    let gpu = dual::gpu().await;
     let file = tiny_gguf(1);
     let model = Model::load(&gpu, &file, opts()).await.expect("load the tiny model");
     let kv = model.kv_cache(&gpu, 32, 4).await.expect("KV cache");
@@ -109,9 +106,9 @@ async fn decode_matches_oracle() {
     let (gpu, file, mut model, kv) = load().await;
     let toks = tokens(2, 21);
     let want = oracle_logits(&file, &toks).unwrap();
-    let lanes = Kind::available(&gpu).contains(&Kind::Lanes);
-    let combos = [(Kind::Rows, true), (Kind::Rows, false), (Kind::Lanes, false), (Kind::Coop, true)];
-    for (kind, fuse) in combos.into_iter().filter(|(k, _)| *k != Kind::Lanes || lanes) {
+    let lanes = Variant::available(&gpu).contains(&Variant::Lanes);
+    let combos = [(Variant::Rows, true), (Variant::Rows, false), (Variant::Lanes, false), (Variant::Coop, true)];
+    for (kind, fuse) in combos.into_iter().filter(|(k, _)| *k != Variant::Lanes || lanes) {
         model.use_kernels(kind);
         model.fuse_decode(fuse);
         let mut seq = kv.sequence(toks.len());

@@ -8,7 +8,7 @@ use hotprefix::chat::Message;
 use hotprefix::engine::{Engine, EngineOptions};
 use hotprefix::gpu::Gpu;
 use hotprefix::model::{Model, Options};
-use hotprefix::ops::Kind;
+use hotprefix::ops::Variant;
 use hotprefix::quant::Format;
 use hotprefix::rng::Rng;
 use hotprefix::gpu::now_ms;
@@ -228,9 +228,9 @@ async fn sampled_decode(file: &[u8], prompt: &[u32], runs: usize, kernels: &str)
 fn choose_kernels(m: &mut Model, kernels: &str) -> Result<()> {
     match kernels {
         "auto" => {}
-        "rows" => m.use_kernels(Kind::Rows),
-        "lanes" => m.use_kernels(Kind::Lanes),
-        "coop" => m.use_kernels(Kind::Coop),
+        "rows" => m.use_kernels(Variant::Rows),
+        "lanes" => m.use_kernels(Variant::Lanes),
+        "coop" => m.use_kernels(Variant::Coop),
         other => return Err(hotprefix::Error::InvalidArgument(format!("--kernels {other:?}: expected auto, rows, lanes or coop"))),
     }
     Ok(())

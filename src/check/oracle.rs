@@ -148,11 +148,16 @@ pub fn topk(x: &[f32], k: usize, cap: usize, inv_t: f32, window: &[u32]) -> (Vec
         0.0
     };
     let cands: Vec<usize> = (0..x.len()).filter(|&i| order_key(x[i]) >= threshold).collect();
-    let mut out = vec![cands.len() as u32, threshold, m.to_bits(), (sum as f32).to_bits()];
-    for &i in cands.iter().take(cap) {
-        out.extend([i as u32, x[i].to_bits()]);
+    let layout = crate::ops::TopkLayout { cap, window: window.len() };
+    let mut out = vec![0u32; layout.window_at()];
+    out[crate::ops::TopkLayout::COUNT] = cands.len() as u32;
+    out[crate::ops::TopkLayout::THRESHOLD] = threshold;
+    out[crate::ops::TopkLayout::MAX] = m.to_bits();
+    out[crate::ops::TopkLayout::SUM] = (sum as f32).to_bits();
+    for (slot, &i) in cands.iter().take(cap).enumerate() {
+        out[crate::ops::TopkLayout::CANDS + 2 * slot] = i as u32;
+        out[crate::ops::TopkLayout::CANDS + 2 * slot + 1] = x[i].to_bits();
     }
-    out.resize(4 + 2 * cap, 0);
     out.extend(window.iter().map(|&id| x.get(id as usize).copied().unwrap_or(0.0).to_bits()));
     (out, sum)
 }

@@ -199,10 +199,10 @@ impl Engine {
             return Err(Error::InvalidArgument(format!("a KV budget of {mb} MB holds no page of {page_bytes} bytes")));
         }
         if pages > by_limits {
-            return Err(Error::TooLarge { what: format!("a KV budget of {mb} MB"), bytes: pages as u64 * page_bytes, limit: by_limits as u64 * page_bytes });
+            return Err(Error::KvBudgetTooLarge { budget_mb: mb, bytes: pages as u64 * page_bytes, limit: by_limits as u64 * page_bytes });
         }
         let kv = model.kv_cache(&gpu, pages, opts.page_size).await?;
-        let top_sampling = model.cfg.vocab > crate::ops::topk_words(crate::sample::TOP_CAP, crate::sample::TOP_WINDOW);
+        let top_sampling = model.cfg.vocab > crate::ops::TopkLayout { cap: crate::sample::TOP_CAP, window: crate::sample::TOP_WINDOW }.words();
         let mut stop_ids: Vec<u32> = ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"]
             .iter()
             .filter_map(|t| tokenizer.token_id(t))
@@ -377,11 +377,6 @@ impl Engine {
     #[doc(hidden)]
     pub fn corrupt_for_test(&mut self) {
         self.cache.corrupt_for_test();
-    }
-
-    /// Forgets every cached token (same as [`Self::clear_cache`]).
-    pub fn reset(&mut self) {
-        self.clear_cache();
     }
 }
 

@@ -1,4 +1,4 @@
-//! A batch of dispatches: recorded into one compute pass, their parameter blocks uploaded in one
+//! **Unstable** (no semver promise): the kernel layer's batches. A batch of dispatches: recorded into one compute pass, their parameter blocks uploaded in one
 //! write at submission, GPU errors collected by the error scopes around it.
 
 use crate::error::{Error, Result};
@@ -24,14 +24,13 @@ impl Gpu {
             slot: 0,
             params: Vec::new(),
             scopes: Some(Scopes::push(&self.device)),
-            pending: Vec::new(),
         })
     }
 }
 
-/// A batch of recorded dispatches, submitted together: one compute pass (broken only by a
-/// buffer copy), and one upload of every dispatch's parameter block at submission. When the
-/// arena's slots run out the batch submits what it has and goes on.
+/// **Unstable.** A batch of recorded dispatches, submitted together: one compute pass (a pass per dispatch
+/// while profiling, to time each), and one upload of every dispatch's parameter block at
+/// submission. When the arena's slots run out the batch submits what it has and goes on.
 pub struct Batch<'g> {
     /// The open compute pass (its encoder borrow released with `forget_lifetime`; it is always
     /// ended before `enc` is used again, and dropped before it: fields drop in order).
@@ -42,7 +41,6 @@ pub struct Batch<'g> {
     /// Parameter blocks of the dispatches recorded since the last upload, `param_slot` apart.
     params: Vec<u8>,
     scopes: Option<Scopes>,
-    pending: Vec<wgpu::CommandBuffer>,
 }
 
 impl<'g> Batch<'g> {
@@ -126,10 +124,7 @@ impl<'g> Batch<'g> {
             self.params.clear();
         }
         if let Some(enc) = self.enc.take() {
-            self.pending.push(enc.finish());
-        }
-        if !self.pending.is_empty() {
-            self.gpu.queue.submit(self.pending.drain(..));
+            self.gpu.queue.submit([enc.finish()]);
             self.gpu.count(|c| c.submits += 1);
         }
         self.slot = 0;

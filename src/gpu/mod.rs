@@ -28,7 +28,7 @@ pub struct Caps {
     /// Timestamp queries: `Gpu::start_profile` (benchmarks) needs them.
     pub timestamps: bool,
     /// The subgroup size, when the device has subgroup operations (natively) and the adapter's
-    /// subgroups have one fixed size: `Kind::Lanes` attention needs it.
+    /// subgroups have one fixed size: `Variant::Lanes` attention needs it.
     pub subgroup_size: Option<u32>,
 }
 

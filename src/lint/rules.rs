@@ -14,7 +14,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 
-use crate::api::Warning;
+use crate::api::{Warning, WarningCode};
 use crate::chat::Message;
 use crate::text::prompt::Encoded;
 use crate::lint;
@@ -150,7 +150,7 @@ fn dynamic_before_static(messages: &[Message], kept: &[usize], enc: &Encoded, to
         }
         let chars = content[..span.start].chars().count();
         out.push(Warning {
-            code: "dynamic_before_static",
+            code: WarningCode::DynamicBeforeStatic,
             message: Some(i),
             detail: format!(
                 "message {i} ({}) has a {} ({:?}, character {chars}) before {after} tokens that look static; \
@@ -181,7 +181,7 @@ fn history_rewritten(requests: &VecDeque<Vec<u64>>, messages: &[Message], now: &
         return None;
     }
     Some(Warning {
-        code: "history_rewritten",
+        code: WarningCode::HistoryRewritten,
         message: Some(k),
         detail: format!(
             "message {k} ({}) differs from an earlier request's message {k}, while messages after it were kept: \
@@ -199,7 +199,7 @@ fn json_changed(seen: &HashMap<u64, u64>, messages: &[Message], spans: &[Vec<lin
             if seen.get(&hash(&s.canonical)).is_some_and(|&raw| raw != hash(&s.raw)) {
                 let chars = m.content[..s.start].chars().count();
                 out.push(Warning {
-                    code: "json_serialization_changed",
+                    code: WarningCode::JsonSerializationChanged,
                     message: Some(i),
                     detail: format!(
                         "message {i} ({}) has a JSON value (character {chars}) equal to one sent earlier but serialised \
@@ -247,7 +247,7 @@ mod tests {
         assert_eq!(rewrite_of(&h, &appended), None);
         // The system prompt changed, the rest kept: a rewrite at message 0.
         let rewritten = msgs(&[("system", "S at 12:01"), ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
-        assert_eq!(rewrite_of(&h, &rewritten).map(|w| (w.code, w.message)), Some(("history_rewritten", Some(0))));
+        assert_eq!(rewrite_of(&h, &rewritten).map(|w| (w.code, w.message)), Some((WarningCode::HistoryRewritten, Some(0))));
         // The oldest turn dropped: head truncation by the client, not a rewrite.
         let dropped = msgs(&[("system", "S"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
         assert_eq!(rewrite_of(&h, &dropped), None);
@@ -266,6 +266,6 @@ mod tests {
         let reordered = msgs(&[("system", r#"Tools: {"parameters": {"type": "object"}, "name": "get"}"#)]);
         let w = changed(seen, &reordered);
         assert_eq!(w.len(), 1);
-        assert_eq!(w[0].code, "json_serialization_changed");
+        assert_eq!(w[0].code, WarningCode::JsonSerializationChanged);
     }
 }

@@ -8,7 +8,8 @@
 //!   the cache gets the K/V a cold run computes, bit for bit;
 //! - **decode** (one token): matrix-vector kernels with the RMSNorms and the SwiGLU fused into
 //!   their x-loads (when `Model::fuse_decode`), and RoPE and the KV write fused into attention:
-//!   6 dispatches a block pair at most (9 unfused), plus the embedding and the head.
+//!   5 dispatches a layer fused (6 when attention splits its positions and merges them), 8 (9)
+//!   unfused, plus the embedding, the head and the argmax.
 
 use crate::cache::kv::KvCache;
 use crate::error::Result;
@@ -55,8 +56,8 @@ impl Pass<'_, '_> {
     /// `y = x · Wᵀ` (`acc`: `y += x · Wᵀ`, the residual add fused in) for the pass's rows.
     fn project(&mut self, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, acc: bool) -> Result<()> {
         match self.mode {
-            Mode::Prefill { t, .. } => ops::matmul_exact(self.b, x, w, y, t, acc, self.m.matvec),
-            Mode::Decode { .. } => ops::matvec(self.b, x, 0, XLoad::Plain, w, y, acc, self.m.matvec),
+            Mode::Prefill { t, .. } => ops::matmul_exact(self.b, x, w, y, t, acc, self.m.variant),
+            Mode::Decode { .. } => ops::matvec(self.b, x, 0, XLoad::Plain, w, y, acc, self.m.variant),
         }
     }
 
@@ -65,7 +66,7 @@ impl Pass<'_, '_> {
     fn norm_project(&mut self, nw: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer) -> Result<()> {
         let (c, s) = (&self.m.cfg, &self.m.s);
         if matches!(self.mode, Mode::Decode { .. }) && self.m.fuse {
-            return ops::matvec(self.b, &s.x, 0, XLoad::RmsNorm { w: nw, eps: c.eps }, w, y, false, self.m.matvec);
+            return ops::matvec(self.b, &s.x, 0, XLoad::RmsNorm { w: nw, eps: c.eps }, w, y, false, self.m.variant);
         }
         ops::rmsnorm(self.b, &s.x, nw, &s.xn, self.t(), c.dim, c.eps)?;
         self.project(&s.xn, w, y, false)
@@ -92,10 +93,10 @@ impl Pass<'_, '_> {
                 ops::rope(self.b, &s.qkv, &s.pos, &m.rope, &rope)?;
                 let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
                 ops::kv_write(self.b, &s.qkv, &src, &s.pos, self.table, self.table_len, kv)?;
-                AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale, ctx: start + t, split: Split::Fixed, fused: false, kind: m.matvec }
+                AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale, ctx: start + t, split: Split::Fixed, fused: false, kind: m.variant }
             }
             // RoPE, the KV write and attention in one dispatch.
-            Mode::Decode { pos, .. } => AttnShape { t: 1, n_head: c.n_head, q_stride: qkv_w, scale, ctx: pos + 1, split: Split::Auto, fused: true, kind: m.matvec },
+            Mode::Decode { pos, .. } => AttnShape { t: 1, n_head: c.n_head, q_stride: qkv_w, scale, ctx: pos + 1, split: Split::Auto, fused: true, kind: m.variant },
         };
         ops::attention(self.b, &s.qkv, &shape, &s.pos, self.table, self.table_len, kv, &m.rope, &s.att, &s.part)?;
         self.project(&s.att, &layer.wo, &s.x, true) // x += att · Woᵀ
@@ -108,7 +109,7 @@ impl Pass<'_, '_> {
         let layer = &m.layers[l];
         self.norm_project(&layer.ffn_norm, &layer.gate_up, &s.gu)?;
         if matches!(self.mode, Mode::Decode { .. }) && m.fuse {
-            return ops::matvec(self.b, &s.gu, 0, XLoad::SwiGlu, &layer.down, &s.x, true, m.matvec);
+            return ops::matvec(self.b, &s.gu, 0, XLoad::SwiGlu, &layer.down, &s.x, true, m.variant);
         }
         ops::swiglu(self.b, &s.gu, &s.h, self.t(), c.ffn)?;
         self.project(&s.h, &layer.down, &s.x, true) // x += h · W_downᵀ
@@ -124,7 +125,7 @@ impl Pass<'_, '_> {
             Mode::Prefill { t, logits: Logits::Last, .. } => {
                 // Only the last row's norm and logits (the norm fused into the head's x-load).
                 let norm = XLoad::RmsNorm { w: &m.output_norm, eps: c.eps };
-                ops::matvec(self.b, &s.x, t - 1, norm, head, &s.logits, false, m.matvec)?;
+                ops::matvec(self.b, &s.x, t - 1, norm, head, &s.logits, false, m.variant)?;
                 ops::argmax(self.b, &s.logits, &s.argmax, 1, c.vocab)
             }
             Mode::Prefill { t, logits: Logits::All, .. } => {

@@ -18,7 +18,7 @@ use gguf::Gguf;
 
 use crate::ops::{self, Weight};
 /// The matrix-vector and attention kernel variant ([`Model::use_kernels`]).
-pub use crate::ops::Kind;
+pub use crate::ops::Variant;
 use crate::sample::{Top, TOP, TOP_CAP, TOP_WINDOW};
 
 use arch::Arch;
@@ -59,7 +59,7 @@ struct Scratch {
     argmax: wgpu::Buffer, // [T or 1] u32
     ids: wgpu::Buffer,    // [MAX_AHEAD] u32: greedy ids decoded ahead (`decode_greedy`)
     window: wgpu::Buffer, // [TOP_WINDOW] u32: the sampler's penalty window (`read_top`)
-    top: wgpu::Buffer,    // ops::topk_words(TOP_CAP, TOP_WINDOW) u32: what `read_top` reads
+    top: wgpu::Buffer,    // TopkLayout { cap: TOP_CAP, window: TOP_WINDOW } u32: what `read_top` reads
     part: wgpu::Buffer,   // attention partials (ops::attention_scratch_bytes)
 }
 
@@ -91,7 +91,7 @@ pub struct Model {
     rope: wgpu::Buffer, // [context, hd/2] (cos, sin)
     s: Scratch,
     /// The matrix-vector and attention kernel variant (chosen for the adapter).
-    matvec: Kind,
+    variant: Variant,
     /// Decode fuses the RMSNorms and the SwiGLU into the projections' x-loads (`blocks`).
     fuse: bool,
     /// Bytes of weights on the GPU.
@@ -143,34 +143,35 @@ impl Model {
             argmax: gpu.storage("argmax", f(lrows)).await?,
             ids: gpu.storage("decoded ids", f(MAX_AHEAD)).await?,
             window: gpu.storage("penalty window", f(TOP_WINDOW)).await?,
-            top: gpu.storage("top logits", f(ops::topk_words(TOP_CAP, TOP_WINDOW))).await?,
+            top: gpu.storage("top logits", f(ops::TopkLayout { cap: TOP_CAP, window: TOP_WINDOW }.words())).await?,
             part: gpu.storage("attention partials", ops::attention_scratch_bytes(t, cfg.n_head, hd, max_pos)).await?,
         };
-        let matvec = Kind::for_adapter(gpu);
-        let fuse = fused_by_default(matvec);
-        Ok(Model { arch: Arch::of(g)?, cfg, opts, embed, output, output_norm, layers, rope, s, matvec, fuse, weight_bytes })
+        let variant = Variant::for_adapter(gpu);
+        let fuse = fused_by_default(variant);
+        Ok(Model { arch: Arch::of(g)?, cfg, opts, embed, output, output_norm, layers, rope, s, variant, fuse, weight_bytes })
     }
 
     /// Makes the matrix-vector and attention kernels variant `kind` instead of the adapter's
     /// choice (tests run both on one adapter; benchmarks compare them).
     /// Decoding fuses the norms and SwiGLU as the variant does by default (`fuse_decode` after
     /// this changes it).
-    pub fn use_kernels(&mut self, kind: Kind) {
-        self.matvec = kind;
+    pub fn use_kernels(&mut self, kind: Variant) {
+        self.variant = kind;
         self.fuse = fused_by_default(kind);
     }
 
     /// Makes decoding fuse the RMSNorms and the SwiGLU into the projections after them (`true`:
-    /// 6 dispatches a layer, the default with the `Coop` and `Lanes` kernels) or run them as
-    /// dispatches of their own (`false`: 9 a layer, the default with `Rows`, where it is faster).
+    /// 5–6 dispatches a layer, the default with the `Coop` and `Lanes` kernels) or run them as
+    /// dispatches of their own (`false`: 8–9 a layer, the default with `Rows`, where it is
+    /// faster); the sixth (ninth) is attention's merge of its split positions.
     /// Tests run both; `hotprefix bench profile` compares them.
     pub fn fuse_decode(&mut self, fuse: bool) {
         self.fuse = fuse;
     }
 
     /// The matrix-vector and attention kernel variant in use.
-    pub fn kernels(&self) -> Kind {
-        self.matvec
+    pub fn kernels(&self) -> Variant {
+        self.variant
     }
 
     /// Positions a sequence can reach: the context window (`Options::context`).
@@ -197,7 +198,8 @@ impl Model {
 
     /// One decode step: `token` at position `seq.len()`, the last row's logits. Uses the faster
     /// single-row kernels (matrix-vector with the norms and SwiGLU fused in, attention with RoPE
-    /// and the KV write fused in, split over positions): 6 dispatches a layer at most.
+    /// and the KV write fused in, split over positions): 6 dispatches a layer at most fused, 9
+    /// unfused (`blocks`).
     pub async fn decode_step(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, token: u32) -> Result<()> {
         self.run(gpu, kv, seq, &[token], Logits::Last, false).await
     }
@@ -305,19 +307,9 @@ impl Model {
         let mut b = gpu.batch()?;
         ops::topk(&mut b, &self.s.logits, vocab, TOP, TOP_CAP, inv_t, &self.s.window, window.len(), &self.s.top)?;
         b.submit().await?;
-        let w = gpu.read_u32(&self.s.top, ops::topk_words(TOP_CAP, window.len())).await?;
-        let count = w[0] as usize;
-        let cands = w[4..4 + 2 * count.min(TOP_CAP)].chunks_exact(2).map(|c| (c[0], f32::from_bits(c[1]))).collect();
-        let at = 4 + 2 * TOP_CAP;
-        Ok(Top {
-            count,
-            cands,
-            threshold: w[1],
-            max: f32::from_bits(w[2]),
-            sum: f32::from_bits(w[3]) as f64,
-            window: w[at..at + window.len()].iter().map(|&b| f32::from_bits(b)).collect(),
-            vocab,
-        })
+        let layout = ops::TopkLayout { cap: TOP_CAP, window: window.len() };
+        let w = gpu.read_u32(&self.s.top, layout.words()).await?;
+        layout.parse(&w, vocab)
     }
 
     /// Reads back the argmax of `rows` rows computed by the last forward pass (4 bytes a row).
@@ -356,6 +348,6 @@ impl Model {
 /// It pays on GPUs (`Coop`) and with `Lanes`, where 8 lanes share one fused x-load. With `Rows`
 /// each invocation walks the whole x, so a fused x-load repeats the norm-weight loads and the
 /// exps per invocation, which costs more than the dispatches saved (docs/BENCHMARKS.md).
-fn fused_by_default(kind: Kind) -> bool {
-    kind != Kind::Rows
+fn fused_by_default(kind: Variant) -> bool {
+    kind != Variant::Rows
 }

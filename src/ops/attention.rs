@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Gpu, Kernel};
 
-use super::{groups_2d, need, u, Kind, KvPages};
+use super::{groups_2d, need, u, Variant, KvPages};
 
 static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
 static ATTENTION_COOP: Kernel = kernel!("attention", "coop", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
@@ -39,7 +39,7 @@ pub struct AttnShape {
     /// Q | K | V, K right after the `n_head` query heads.
     pub fused: bool,
     /// The kernel variant.
-    pub kind: Kind,
+    pub kind: Variant,
 }
 
 /// How attention spreads a query's positions over invocations (flash-decoding).
@@ -59,18 +59,18 @@ pub const ATTN_SPAN: usize = 256;
 
 /// Invocations from which attention is parallel enough without splitting positions.
 const ATTN_PARALLEL: usize = 256;
-/// `Kind::Lanes` decode: items (lane clusters) from which attention is parallel enough.
+/// `Variant::Lanes` decode: items (lane clusters) from which attention is parallel enough.
 const ATTN_LANE_ITEMS: usize = 24;
 /// Fewest positions one attention split covers.
 const ATTN_MIN_SPLIT: usize = 32;
 
-/// `Kind::Lanes` attention's split of a head (`head_dim / 4` quads) over the lanes of a subgroup:
+/// `Variant::Lanes` attention's split of a head (`head_dim / 4` quads) over the lanes of a subgroup:
 /// (lanes per item, quads per lane), the lanes a power of two within the subgroup and at most 4
 /// quads each; `None` (the `Rows` kernel) when the adapter has no fixed subgroup size or the
 /// head dim does not split so.
-fn lanes_split(gpu: &Gpu, kind: Kind, head_dim: usize) -> Option<(usize, usize)> {
+fn lanes_split(gpu: &Gpu, kind: Variant, head_dim: usize) -> Option<(usize, usize)> {
     let sg = gpu.caps.subgroup_size? as usize;
-    if kind != Kind::Lanes || !head_dim.is_multiple_of(4) {
+    if kind != Variant::Lanes || !head_dim.is_multiple_of(4) {
         return None;
     }
     let hd4 = head_dim / 4;
@@ -114,9 +114,9 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
     // adapters: an invocation (`main`) per (token, KV head's query heads, slice), or, where the
     // subgroup size is fixed (lavapipe), a cluster of subgroup lanes (`attention_lanes`) per
     // (4 or 8 query rows of a KV head, slice); each reads a K/V row once for all its rows.
-    let coop = s.kind == Kind::Coop;
+    let coop = s.kind == Variant::Coop;
     let ratio = s.n_head / kv.n_kv;
-    // Kind::Lanes: items of 4 query rows of a KV head (the heads of one token, or of neighbouring
+    // Variant::Lanes: items of 4 query rows of a KV head (the heads of one token, or of neighbouring
     // tokens), or of 8 where a lane holds at most 2 quads and there are more than 4 rows: each
     // K/V word loaded serves them all.
     let lanes = lanes_split(b.gpu(), s.kind, kv.head_dim);

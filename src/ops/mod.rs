@@ -37,7 +37,7 @@ pub(crate) use matmul::gpu_layout;
 pub use rmsnorm::rmsnorm;
 pub use rope::{rope, rope_table, RopeShape};
 pub use swiglu::swiglu;
-pub use topk::{topk, topk_words};
+pub use topk::{topk, Top, TopkLayout};
 
 /// The KV pages of one layer: `[pages, n_kv, page_size, head_dim/2]` u32 each for K and V
 /// (two f16 per word).
@@ -111,9 +111,9 @@ fn u(v: usize) -> u32 {
 }
 
 /// Which variant of the matrix-vector and attention kernels: chosen per adapter
-/// ([`Kind::for_adapter`]).
+/// ([`Variant::for_adapter`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum Variant {
     /// Each invocation walks its work alone, no workgroup memory or barriers (CPU adapters:
     /// lavapipe, SwiftShader): matvec an invocation per 1–8 rows; attention an invocation per
     /// (token, query heads of a KV head, slice).
@@ -130,26 +130,26 @@ pub enum Kind {
     Coop,
 }
 
-impl Kind {
+impl Variant {
     /// `Lanes` on CPU adapters with fixed-size subgroups, `Rows` on other CPU adapters (a few fat
     /// workgroups beat many thin ones there), `Coop` elsewhere.
-    pub fn for_adapter(gpu: &Gpu) -> Kind {
+    pub fn for_adapter(gpu: &Gpu) -> Variant {
         if gpu.info.device_type != wgpu::DeviceType::Cpu {
-            Kind::Coop
+            Variant::Coop
         } else if gpu.caps.subgroup_size.is_some() {
-            Kind::Lanes
+            Variant::Lanes
         } else {
-            Kind::Rows
+            Variant::Rows
         }
     }
 
     /// The variants this adapter can run (`Lanes` needs fixed-size subgroups).
-    pub fn available(gpu: &Gpu) -> Vec<Kind> {
-        let mut v = vec![Kind::Rows];
+    pub fn available(gpu: &Gpu) -> Vec<Variant> {
+        let mut v = vec![Variant::Rows];
         if gpu.caps.subgroup_size.is_some() {
-            v.push(Kind::Lanes);
+            v.push(Variant::Lanes);
         }
-        v.push(Kind::Coop);
+        v.push(Variant::Coop);
         v
     }
 }

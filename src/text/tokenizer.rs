@@ -288,10 +288,6 @@ impl Tokenizer {
         self.types.get(id as usize).is_some_and(|&t| t as u64 == TYPE_CONTROL)
     }
 
-    /// The underlying `tokenizers` tokenizer (the mode that parses control tokens).
-    pub fn inner(&self) -> &tokenizers::Tokenizer {
-        &self.special
-    }
 }
 
 /// Turns generated ids into text as they arrive, emitting only complete UTF-8 characters.

@@ -1,4 +1,4 @@
-//! Macros for tests that run natively (`cargo test`) and in headless Chromium (`wasm-pack test`).
+//! Shared by the tests that run natively (`cargo test`) and in headless Chromium (`wasm-pack test`): their GPU, and macros.
 
 /// Prints a line: to stdout natively, to the browser console (shown by the runner) in wasm.
 #[macro_export]
@@ -26,4 +26,16 @@ macro_rules! gpu_test {
             $body().await;
         }
     };
+}
+
+/// The GPU every test runs on: whatever adapter wgpu finds (Mesa lavapipe natively, SwiftShader in
+/// headless Chromium). A machine without one fails the test loudly, never passes it silently.
+#[allow(dead_code)]
+pub async fn gpu() -> hotprefix::gpu::Gpu {
+    match hotprefix::gpu::Gpu::new().await {
+        Ok(g) => g,
+        Err(e) => panic!(
+            "GPU tests need an adapter (natively Mesa lavapipe: bash scripts/setup.sh; in Chromium: --enable-unsafe-webgpu): {e}"
+        ),
+    }
 }

@@ -430,6 +430,8 @@ test('load errors are ModelLoadError and leave no Cache Storage entry', { timeou
       hugeLength: { model: '/bad/huge-length.gguf' },
       // A good file whose load fails (no room for one KV page): it is not kept either.
       noRoom: { model: '/models/tiny-llama.gguf?v=4', kvBudgetMB: 1e-6 },
+      // More KV budget than the adapter can bind: KvBudgetError (its own engine error kind).
+      tooBig: { model: '/models/tiny-llama.gguf?v=5', kvBudgetMB: 1e7 },
     };
     const out = {};
     for (const [name, opts] of Object.entries(cases)) {
@@ -448,6 +450,7 @@ test('load errors are ModelLoadError and leave no Cache Storage entry', { timeou
     assert.equal(r.out[name].isModelLoadError, true, `${name}: ${JSON.stringify(r.out[name])}`);
   }
   assert.equal(r.out.noRoom.name, 'InvalidRequestError', JSON.stringify(r.out.noRoom));
+  assert.equal(r.out.tooBig.name, 'KvBudgetError', JSON.stringify(r.out.tooBig));
   assert.equal(r.out.missing.status, 404);
   assert.match(r.out.shortDownload.message, /truncated|failed/);
   assert.match(r.out.wrongSha.message, /integrity/);

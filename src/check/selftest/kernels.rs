@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Batch, Gpu};
-use crate::ops::{self, AttnShape, KvPages, KvSource, Kind, RopeShape, Split, Weight, XLoad};
+use crate::ops::{self, AttnShape, KvPages, KvSource, Variant, RopeShape, Split, Weight, XLoad};
 use crate::oracle;
 use crate::rng::Rng;
 use crate::quant::{self, Format};
@@ -134,34 +134,36 @@ impl Check {
                 let inv_t = 1.0 / 0.8;
                 let xb = gpu.upload("x", &x).await?;
                 let wb = gpu.upload("window", &if win.is_empty() { vec![0] } else { win.clone() }).await?;
-                let ob = gpu.storage("out", 4 * ops::topk_words(cap, window) as u64).await?;
+                let layout = ops::TopkLayout { cap, window };
+                let ob = gpu.storage("out", 4 * layout.words() as u64).await?;
                 ops_once(gpu, |b| ops::topk(b, &xb, n, k, cap, inv_t, &wb, window, &ob)).await?;
-                let got = gpu.read_u32(&ob, ops::topk_words(cap, window)).await?;
+                let got = gpu.read_u32(&ob, layout.words()).await?;
                 let (want, sum) = oracle::topk(&x, k, cap, inv_t, &win);
-                if got[..3] != want[..3] {
-                    return Err(Error::Mismatch(format!("{name}: count, threshold, max = {:?} (GPU) vs {:?} (CPU)", &got[..3], &want[..3])));
+                let (g, c) = (layout.parse(&got, n)?, layout.parse(&want, n)?);
+                if (g.count, g.threshold, g.max.to_bits()) != (c.count, c.threshold, c.max.to_bits()) {
+                    return Err(Error::Mismatch(format!("{name}: count, threshold, max = {:?} (GPU) vs {:?} (CPU)", (g.count, g.threshold, g.max), (c.count, c.threshold, c.max))));
                 }
-                let gsum = f32::from_bits(got[3]) as f64;
+                let gsum = g.sum;
                 let err = ((gsum - sum) / sum).abs() as f32;
                 if err.is_nan() || err >= 1e-5 {
                     return Err(Error::Mismatch(format!("{name}: sum {gsum} (GPU) vs {sum} (CPU)")));
                 }
-                let pairs = |w: &[u32]| {
-                    let mut p: Vec<(u32, u32)> = w[4..4 + 2 * cap].chunks(2).map(|c| (c[0], c[1])).take((w[0] as usize).min(cap)).collect();
+                let pairs = |t: &ops::Top| {
+                    let mut p: Vec<(u32, u32)> = t.cands.iter().map(|&(id, l)| (id, l.to_bits())).collect();
                     p.sort_unstable();
                     p
                 };
-                let (gp, wp) = (pairs(&got), pairs(&want));
-                let full = (want[0] as usize) <= cap;
+                let (gp, wp) = (pairs(&g), pairs(&c));
+                let full = c.count <= cap;
                 // With more ties than slots the kernel keeps whichever came first: any of them.
-                let valid = |&(id, bits): &(u32, u32)| (id as usize) < n && x[id as usize].to_bits() == bits && crate::sample::order_key(x[id as usize]) >= want[1];
+                let valid = |&(id, bits): &(u32, u32)| (id as usize) < n && x[id as usize].to_bits() == bits && crate::sample::order_key(x[id as usize]) >= c.threshold;
                 let distinct = gp.windows(2).all(|w| w[0].0 != w[1].0);
                 if (full && gp != wp) || !gp.iter().all(valid) || !distinct {
                     return Err(Error::Mismatch(format!("{name}: candidates {:?}… (GPU) vs {:?}… (CPU)", &gp[..gp.len().min(6)], &wp[..wp.len().min(6)])));
                 }
-                let tail = 4 + 2 * cap;
-                if got[tail..] != want[tail..] {
-                    return Err(Error::Mismatch(format!("{name}: window logits {:?} (GPU) vs {:?} (CPU)", &got[tail..], &want[tail..])));
+                let bits = |t: &ops::Top| t.window.iter().map(|l| l.to_bits()).collect::<Vec<u32>>();
+                if bits(&g) != bits(&c) {
+                    return Err(Error::Mismatch(format!("{name}: window logits {:?} (GPU) vs {:?} (CPU)", g.window, c.window)));
                 }
                 Ok(Report { name, max_err: err, ms: None, rate: None })
             }
@@ -230,7 +232,7 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
     let (got, ms) = got;
     let mut max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * mag[i])?;
     // The tiled kernel of every variant, whatever T is (prefill's matmul_exact).
-    for kind in Kind::available(gpu) {
+    for kind in Variant::available(gpu) {
         ops_once(gpu, |b| ops::matmul_exact(b, &xb, &w, &yb, t, false, kind)).await?;
         let got = gpu.read_f32(&yb, t * n).await?;
         max_err = max_err.max(compare(&name, &format!("y (tiled, {kind:?})"), &got, &want, |i| 1e-5 + 2e-5 * mag[i])?);
@@ -304,14 +306,14 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
     // which is also timed (the adapter's own variant).
     let mut max_err = 0f32;
     let mut ms = None;
-    for kind in Kind::available(gpu) {
+    for kind in Variant::available(gpu) {
         let fixed = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: Split::Fixed, fused: false, kind };
         // Unfused attention does not read the RoPE table: any read-only buffer fills its binding.
         ops_once(gpu, |b| ops::attention(b, &qb, &fixed, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?;
         let got = gpu.read_f32(&ob, t * qw).await?;
         max_err = max_err.max(compare(&name, &format!("out ({kind:?}, fixed slices)"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
         let shape = AttnShape { split: Split::Auto, ..fixed };
-        let reps = if kind == Kind::for_adapter(gpu) { reps } else { 0 };
+        let reps = if kind == Variant::for_adapter(gpu) { reps } else { 0 };
         ms = ms.or(execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?);
         let got = gpu.read_f32(&ob, t * qw).await?;
         max_err = max_err.max(compare(&name, &format!("out ({kind:?})"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
@@ -365,7 +367,7 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
     let part = gpu.storage("partials", ops::attention_scratch_bytes(1, n_head, hd, ctx)).await?;
     let mut max_err = 0f32;
     let mut ms = None;
-    for kind in Kind::available(gpu) {
+    for kind in Variant::available(gpu) {
         // The pages start without the token's K/V each time.
         let stale = vec![0u32; (kv.k.size() / 4) as usize];
         gpu.write(&kv.k, 0, &stale);
@@ -391,7 +393,7 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
                 compare(&name, &format!("{what} page of the new token, head {g} ({kind:?})"), &all[base..base + hd], want, |i| 1e-3 * want[i].abs())?;
             }
         }
-        if kind == Kind::for_adapter(gpu) {
+        if kind == Variant::for_adapter(gpu) {
             ms = execute(gpu, reps, run).await?;
         }
     }

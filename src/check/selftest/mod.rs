@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{now_ms, Batch, Gpu};
-use crate::ops::{self, Kind, Weight};
+use crate::ops::{self, Variant, Weight};
 use crate::rng::Rng;
 use crate::quant::{self, Format};
 
@@ -52,7 +52,7 @@ pub enum Check {
         /// Add into y instead of overwriting it.
         acc: bool,
         /// The kernel variant.
-        kind: Kind,
+        kind: Variant,
     },
     /// RMSNorm with a weight, row by row.
     RmsNorm {
@@ -225,7 +225,7 @@ impl Check {
             v.push(Check::Matmul { format, t: 1, k: 96, n: 37 });
             v.push(Check::Matmul { format, t: 7, k: 64, n: 45 });
         }
-        for kind in [Kind::Rows, Kind::Coop] {
+        for kind in [Variant::Rows, Variant::Coop] {
             for (op, acc) in [(Fused::RmsNorm, false), (Fused::SwiGlu, true)] {
                 v.push(Check::Matvec { format: Format::Q4_1, k: 64, n: 37, x_row: 1, op, acc, kind });
             }

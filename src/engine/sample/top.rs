@@ -4,6 +4,7 @@
 use crate::{Error, Result};
 
 use super::{Sampler, View};
+pub use crate::ops::Top;
 
 /// How many of a row's largest logits `ops::topk` finds for [`Sampler::sample_top`].
 pub const TOP: usize = 256;
@@ -12,33 +13,6 @@ pub const TOP: usize = 256;
 pub const TOP_CAP: usize = 512;
 /// Most penalty-window tokens `ops::topk` reads; with more, the sampler reads the whole row.
 pub const TOP_WINDOW: usize = 256;
-
-/// What the `topk` kernel read of one row of logits (before the penalty): enough for most
-/// temperature draws, a few KB instead of the whole row.
-///
-/// The tokens the sampler can rank without the rest of the row are the candidates and the
-/// penalty window whose penalized logit is above the threshold's value: no other token can be.
-/// [`Sampler::sample_top`] draws from them exactly as [`Sampler::sample`] would from the whole
-/// row (the same token for the same generator state), except that the row's total weight comes
-/// from the GPU's f32 sum, so a draw within ~1e-6 (relative) of a boundary between two tokens
-/// may fall on the other one.
-#[derive(Debug, Clone, Default)]
-pub struct Top {
-    /// How many logits have an [`order_key`] at least `threshold`.
-    pub count: usize,
-    /// `(id, logit)` of those logits (of the first [`TOP_CAP`] when there are more), in no order.
-    pub cands: Vec<(u32, f32)>,
-    /// The [`TOP`]-th largest order key of the row (1 when it has fewer non-NaN logits).
-    pub threshold: u32,
-    /// The row's largest logit.
-    pub max: f32,
-    /// `Σ exp((x - max) / T)` over the row's non-NaN logits.
-    pub sum: f64,
-    /// The logits of [`Sampler::penalty_window`]'s tokens, in its order.
-    pub window: Vec<f32>,
-    /// The row's length.
-    pub vocab: usize,
-}
 
 impl Sampler {
     /// [`Sampler::sample`] from what `ops::topk` read of the row instead of all of it: the same

@@ -1,0 +1,42 @@
+// The engine's operations by name (names.js's OP), for both hosts: the worker (worker.js) and the
+// page itself (`worker: false`).
+import { HotprefixError } from './errors.js';
+import { Core } from './core.js';
+import { OP } from './names.js';
+
+// What each operation does on a loaded engine. `ctx`: {onEvent, signal}.
+const ON_CORE = {
+  [OP.chat]: (core, args, { onEvent, signal }) => core.chat(args.request, (text) => onEvent?.({ type: 'text', text }), signal),
+  [OP.stats]: (core) => core.stats(),
+  [OP.clear]: (core) => core.clear(),
+  [OP.persist]: (core) => core.persist(),
+  [OP.restore]: (core) => core.restore(),
+  [OP.forget]: (core) => core.forget(),
+  [OP.loseDevice]: (core) => core.loseDevice(),
+  [OP.panicForTest]: (core, args) => core.panicForTest(args?.message),
+  [OP.trapForTest]: (core, args) => core.trapForTest(args?.kind),
+};
+
+/**
+ * The engine's operations by name. `onEvent({type: 'progress', progress} | {type: 'text', text})`.
+ */
+export class Host {
+  core = null;
+
+  async call(op, args, { onEvent, signal } = {}) {
+    if (op === OP.load) {
+      if (this.core) throw new HotprefixError('a model is already loaded here');
+      this.core = await Core.load(args, (progress) => onEvent?.({ type: 'progress', progress }));
+      return this.core.info();
+    }
+    if (op === OP.unload) {
+      const core = this.core;
+      this.core = null;
+      return core?.unload();
+    }
+    const run = Object.hasOwn(ON_CORE, op) ? ON_CORE[op] : null;
+    if (!run) throw new HotprefixError(`unknown operation ${op}`);
+    if (!this.core) throw new HotprefixError('no model is loaded');
+    return run(this.core, args, { onEvent, signal });
+  }
+}
