@@ -1,11 +1,11 @@
 // y[T, N] = x[T, K] · W[N, K]ᵀ — prefill matmul and decode matrix-vector, weights dequantized here.
 //
-// Each row of W is W_ROW words in the GPU layout of `FORMAT` (src/quant.rs):
-//   0 F32  : K words, bit patterns of f32
-//   1 F16  : K/2 words, two halves each (read with unpack2x16float: no shader-f16 needed)
-//   2 Q8_0 : K/32 blocks of 9 words: d (f16, low half), then 32 × i8
-//   3 Q4_1 : K/32 blocks of 5 words: d | m << 16 (f16 each), then 16 bytes of nibbles:
-//            byte j = value j (low nibble) and value j+16 (high nibble); x = d·q + m
+// Each row of W is W_ROW words in the GPU layout of `FORMAT` (src/model/quant.rs, FORMATS):
+//   FMT_F32  : K words, bit patterns of f32
+//   FMT_F16  : K/2 words, two halves each (read with unpack2x16float: no shader-f16 needed)
+//   FMT_Q8_0 : K/32 blocks of 9 words: d (f16, low half), then 32 × i8
+//   FMT_Q4_1 : K/32 blocks of 5 words: d | m << 16 (f16 each), then 16 bytes of nibbles:
+//              byte j = value j (low nibble) and value j+16 (high nibble); x = d·q + m
 // and rows are interleaved in groups of G = 32: word j of row r is at (r/G)·W_ROW·G + j·G + r%G,
 // so neighbouring invocations (neighbouring rows) load neighbouring words.
 // K is a multiple of 4 (of 32 for the block formats); T and N are arbitrary.
@@ -18,7 +18,15 @@
 // applied to the finished dot product, Σx² accumulated from the same loads) or SwiGLU
 // (silu(gate) · up from a fused gate|up row).
 
-override FORMAT: u32 = 0u;
+// The weight format: the shader ids of src/model/quant.rs's FORMATS table (a test checks them),
+// and its values per block (BLOCK: 1 for the float formats). A dot chunk of the matrix-vector
+// kernels is a whole block (32 values at most), so each block header is read once.
+const FMT_F32: u32 = 0u;
+const FMT_F16: u32 = 1u;
+const FMT_Q8_0: u32 = 2u;
+const FMT_Q4_1: u32 = 3u;
+override FORMAT: u32 = FMT_F32;
+override BLOCK: u32 = 1u;
 // 0: x as it is; 1: RMSNorm(x) · nw; 2: silu(x[:K]) · x[K:] from rows of 2K (gate | up).
 override XLOAD: u32 = 0u;
 // 1: y += x · Wᵀ (the residual connection fused into the projection); 0: y = x · Wᵀ.
@@ -95,16 +103,17 @@ fn i8x4(q: u32) -> vec4<f32> {
 
 // Values 4·k4 .. 4·k4+3 of the row starting at `rb`.
 fn w4(rb: u32, k4: u32) -> vec4<f32> {
-    if FORMAT == 0u {
+    if FORMAT == FMT_F32 {
         let b = rb + k4 * 4u * G;
         return vec4<f32>(bitcast<f32>(w[b]), bitcast<f32>(w[b + G]), bitcast<f32>(w[b + 2u * G]), bitcast<f32>(w[b + 3u * G]));
-    } else if FORMAT == 1u {
+    } else if FORMAT == FMT_F16 {
         let b = rb + k4 * 2u * G;
         return vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + G]));
-    } else if FORMAT == 2u {
+    } else if FORMAT == FMT_Q8_0 {
         let b = rb + (k4 / 8u) * 9u * G;
         return unpack2x16float(w[b]).x * i8x4(w[b + (1u + (k4 & 7u)) * G]);
     }
+    // FORMAT == FMT_Q4_1
     let b = rb + (k4 / 8u) * 5u * G;
     let dm = unpack2x16float(w[b]);
     let i = k4 & 7u;
@@ -112,9 +121,10 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
 }
 
 // Dot product of one chunk of the row at `rb` with the chunk's x values `xv`: a chunk is a
-// whole block (32 values) for Q8_0 and Q4_1, so each block header is read once; 4 values otherwise.
+// whole block (BLOCK values) for the block formats, so each block header is read once; 4 values
+// for the float formats.
 fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>) -> vec4<f32> {
-    if FORMAT == 2u {
+    if FORMAT == FMT_Q8_0 {
         let b = rb + c * 9u * G;
         let d = unpack2x16float(w[b]).x;
         var s = vec4<f32>(0.0);
@@ -122,7 +132,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
             s += (*xv)[i] * i8x4(w[b + (1u + i) * G]);
         }
         return d * s;
-    } else if FORMAT == 3u {
+    } else if FORMAT == FMT_Q4_1 {
         let b = rb + c * 5u * G;
         let dm = unpack2x16float(w[b]);
         var s = vec4<f32>(0.0);
@@ -148,9 +158,9 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
     if n0 >= p.n || t >= p.t {
         return;
     }
-    let block = FORMAT >= 2u;
-    let chunks = select(p.k / 4u, p.k / 32u, block);
-    let per = select(1u, 8u, block);
+    // x quads a chunk: a block's, or one.
+    let per = max(BLOCK / 4u, 1u);
+    let chunks = p.k / (4u * per);
     // Row set-up and the store below are spelled out again in matmul_lanes.wgsl's matvec_lanes:
     // moved into shared helper functions, lavapipe ran both kernels ~1.4× slower.
     var rb: array<u32, 8>;
@@ -194,9 +204,9 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     let s = lid / G;
     let n = wid.x * G + r;
     let rb = row_base(min(n, p.n - 1u));
-    let block = FORMAT >= 2u;
-    let chunks = select(p.k / 4u, p.k / 32u, block);
-    let per = select(1u, 8u, block);
+    // x quads a chunk: a block's, or one.
+    let per = max(BLOCK / 4u, 1u);
+    let chunks = p.k / (4u * per);
     var xv: array<vec4<f32>, 8>;
     var acc = vec4<f32>(0.0);
     var ss = 0.0;

@@ -1,8 +1,9 @@
-// Matrix-vector product for CPU adapters with subgroups of at least 8 lanes (ops::Kind::Lanes),
-// block formats (Q8_0, Q4_1). Appended to matmul.wgsl (ops.rs concatenates them), whose layout,
-// bindings, x_at, dot_chunk, finish, store, FORMAT, XLOAD, ACC, WG, G and R it uses: a module of
-// its own, because subgroup operations need the device's SUBGROUP feature (no `enable
-// subgroups;`: naga, wgpu 30, rejects it, so the kernel is used natively only).
+// Matrix-vector product for CPU adapters with subgroups of at least 8 lanes (ops::Variant::Lanes),
+// block formats FMT_Q8_0 and FMT_Q4_1 (the `lanes` column of FORMATS). Appended to matmul.wgsl
+// (ops/matmul.rs concatenates them), whose layout, bindings, x_at, dot_chunk, finish, store,
+// FORMAT, XLOAD, ACC, WG, G and R it uses: a module of its own, because subgroup operations need
+// the device's SUBGROUP feature (no `enable subgroups;`: naga, wgpu 30, rejects it, so the kernel
+// is used natively only).
 //
 // As `matvec`, each invocation computes R rows of token t. But `matvec` has every lane load all 32
 // x values of a block for its rows, and lavapipe 25.0 turns each of those loads into a loop over
@@ -67,13 +68,13 @@ fn tokens_hi(v: vec4<f32>) -> mat4x4<f32> {
 // of a matrix: Q4_1 nibbles at `shift`, or Q8_0 bytes.
 fn rows4(b: vec4<u32>, i: u32, shift: u32) -> mat4x4<f32> {
     let o = i * G;
-    if FORMAT == 2u {
+    if FORMAT == FMT_Q8_0 {
         return mat4x4<f32>(i8x4(w[b.x + o]), i8x4(w[b.y + o]), i8x4(w[b.z + o]), i8x4(w[b.w + o]));
     }
     return mat4x4<f32>(nib(w[b.x + o], shift), nib(w[b.y + o], shift), nib(w[b.z + o], shift), nib(w[b.w + o], shift));
 }
 
-// The prefill matmul for Kind::Lanes (block formats): a 4 × 4 tile of y (4 tokens × 4 rows) per
+// The prefill matmul for Variant::Lanes (block formats): a 4 × 4 tile of y (4 tokens × 4 rows) per
 // invocation, as `matmul`, but a block (32 values) at a time: each row's block header is read
 // once, not once per 4 values, and the 32 x quads of the tile's 4 tokens are loaded 4 per lane
 // (lane l of each 8: token l / 2, quads (l % 2)·4 .. +3) and broadcast, not 32 per lane. Every
@@ -89,7 +90,8 @@ fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup
     let k4n = p.k / 4u;
     let l = sl % 8u;
     let xb = min(t0 + l / 2u, p.t - 1u) * k4n + (l % 2u) * 4u;
-    let words = select(5u, 9u, FORMAT == 2u);
+    // Words a block: FMT_Q8_0 9, FMT_Q4_1 5.
+    let words = select(5u, 9u, FORMAT == FMT_Q8_0);
     // acc[c][t]: row c, token t.
     var acc = mat4x4<f32>();
     for (var c = 0u; c < p.k / 32u; c++) {
@@ -101,13 +103,13 @@ fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup
         let h = vec4<f32>(unpack2x16float(w[b.x]).x, unpack2x16float(w[b.y]).x, unpack2x16float(w[b.z]).x, unpack2x16float(w[b.w]).x);
         // s[c][t]: Σ x·q over the block for row c, token t (transpose: rows of quads · quads).
         var s: mat4x4<f32>;
-        if FORMAT == 2u {
+        if FORMAT == FMT_Q8_0 {
             s = transpose(tokens_lo(x0)) * rows4(b, 1u, 0u) + transpose(tokens_lo(x1)) * rows4(b, 2u, 0u)
               + transpose(tokens_lo(x2)) * rows4(b, 3u, 0u) + transpose(tokens_lo(x3)) * rows4(b, 4u, 0u)
               + transpose(tokens_hi(x0)) * rows4(b, 5u, 0u) + transpose(tokens_hi(x1)) * rows4(b, 6u, 0u)
               + transpose(tokens_hi(x2)) * rows4(b, 7u, 0u) + transpose(tokens_hi(x3)) * rows4(b, 8u, 0u);
             acc += mat4x4<f32>(s[0] * h.x, s[1] * h.y, s[2] * h.z, s[3] * h.w);
-        } else {
+        } else { // FMT_Q4_1
             s = transpose(tokens_lo(x0)) * rows4(b, 1u, 0u) + transpose(tokens_hi(x0)) * rows4(b, 1u, 4u)
               + transpose(tokens_lo(x1)) * rows4(b, 2u, 0u) + transpose(tokens_hi(x1)) * rows4(b, 2u, 4u)
               + transpose(tokens_lo(x2)) * rows4(b, 3u, 0u) + transpose(tokens_hi(x2)) * rows4(b, 3u, 4u)

@@ -10,7 +10,7 @@ use crate::ops::Weight;
 
 use super::config::Config;
 use super::gguf::{self, Gguf, TensorInfo};
-use super::quant::Format;
+use super::quant::{self, Format};
 
 /// The weights of one transformer block, as a [`Sink`] keeps them (GPU buffers for the model).
 pub(crate) struct Layer<M = Weight, V = wgpu::Buffer> {
@@ -46,7 +46,7 @@ pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[Stri
     for name in names {
         let t = g.tensor(name)?;
         let f = Format::from_ggml_type(t.ggml_type)
-            .ok_or_else(|| Error::Model(format!("{name}: ggml type {} is not supported (F32, F16, Q8_0, Q4_1 are)", t.ggml_type)))?;
+            .ok_or_else(|| Error::Model(format!("{name}: ggml type {} is not supported ({} are)", t.ggml_type, quant::supported())))?;
         if *format.get_or_insert(f) != f {
             return Err(Error::Model(format!("{name}: {} mixed with {:?} in one fused projection", f.name(), format)));
         }

@@ -18,11 +18,12 @@ use half::f16;
 
 use crate::error::{Error, Result};
 
-/// Values per quantization block.
+/// Values per quantization block of the 32-value formats.
 pub const QK: usize = 32;
 
-/// A weight matrix format, with its GGUF/ggml type id.
+/// A weight matrix format: a key into [`FORMATS`], its row of facts and functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(usize)]
 pub enum Format {
     /// 32-bit floats (ggml type 0).
     F32,
@@ -34,18 +35,59 @@ pub enum Format {
     Q4_1,
 }
 
+/// What hotprefix knows of one weight format, as ggml's `type_traits` row: sizes, the GPU layout,
+/// and the CPU conversions. A format is one row of [`FORMATS`] plus its decode branch in
+/// `shaders/matmul.wgsl` (the shader's `FMT_*` constants are checked against this table by a test).
+pub struct FormatInfo {
+    /// The ggml name: `"F32"`, `"Q8_0"`… (the shader's constant is `FMT_` and this name).
+    pub name: &'static str,
+    /// The ggml type id (`GGML_TYPE_*`).
+    pub ggml_type: u32,
+    /// Values per block along a row (1 for the float formats).
+    pub block: usize,
+    /// Bytes of a block in GGUF.
+    pub gguf_bytes: usize,
+    /// Bytes of a block on the GPU: whole u32 words for the block formats (a float row is
+    /// packed whole).
+    pub gpu_bytes: usize,
+    /// The value of the shader's `FORMAT` override (`FMT_<name>` in `shaders/matmul.wgsl`).
+    pub shader_id: u32,
+    /// Whether `shaders/matmul_lanes.wgsl` (subgroup broadcasts of a block's x) decodes it.
+    pub lanes: bool,
+    /// Appends one GGUF block's GPU words.
+    pub repack: fn(&[u8], &mut Vec<u32>),
+    /// Appends one GGUF block's values (the CPU oracle).
+    pub dequantize: fn(&[u8], &mut Vec<f32>),
+    /// Appends one block of values quantized the way ggml's reference quantizer does (test weights
+    /// and the tiny test model).
+    pub quantize: fn(&[f32], &mut Vec<u8>),
+}
+
+/// Every format hotprefix runs, in [`Format`]'s order.
+pub static FORMATS: [FormatInfo; 4] = [
+    FormatInfo { name: "F32", ggml_type: 0, block: 1, gguf_bytes: 4, gpu_bytes: 4, shader_id: 0, lanes: false, repack: words, dequantize: f32_values, quantize: f32_bytes },
+    FormatInfo { name: "F16", ggml_type: 1, block: 1, gguf_bytes: 2, gpu_bytes: 2, shader_id: 1, lanes: false, repack: words, dequantize: f16_values, quantize: f16_bytes },
+    FormatInfo { name: "Q8_0", ggml_type: 8, block: QK, gguf_bytes: 34, gpu_bytes: 36, shader_id: 2, lanes: true, repack: q8_0_words, dequantize: q8_0_values, quantize: q8_0_bytes },
+    FormatInfo { name: "Q4_1", ggml_type: 3, block: QK, gguf_bytes: 20, gpu_bytes: 20, shader_id: 3, lanes: true, repack: words, dequantize: q4_1_values, quantize: q4_1_bytes },
+];
+
+/// The names of every format, for error messages: `"F32, F16, Q8_0, Q4_1"`.
+pub fn supported() -> String {
+    FORMATS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
+}
+
 impl Format {
-    /// Every format, in the order of their shader ids.
+    /// Every format, in the order of [`FORMATS`].
     pub const ALL: [Format; 4] = [Format::F32, Format::F16, Format::Q8_0, Format::Q4_1];
+
+    /// The format's row of [`FORMATS`].
+    pub fn info(self) -> &'static FormatInfo {
+        &FORMATS[self as usize]
+    }
 
     /// The ggml type id (`GGML_TYPE_*`).
     pub fn ggml_type(self) -> u32 {
-        match self {
-            Format::F32 => 0,
-            Format::F16 => 1,
-            Format::Q4_1 => 3,
-            Format::Q8_0 => 8,
-        }
+        self.info().ggml_type
     }
 
     /// The format of ggml type id `t`, or `None` for a type hotprefix does not run.
@@ -55,48 +97,17 @@ impl Format {
 
     /// The value of the shader's `FORMAT` override constant.
     pub fn shader_id(self) -> f64 {
-        match self {
-            Format::F32 => 0.0,
-            Format::F16 => 1.0,
-            Format::Q8_0 => 2.0,
-            Format::Q4_1 => 3.0,
-        }
+        self.info().shader_id as f64
     }
 
     /// The format's ggml name: `"F32"`, `"F16"`, `"Q8_0"` or `"Q4_1"`.
     pub fn name(self) -> &'static str {
-        match self {
-            Format::F32 => "F32",
-            Format::F16 => "F16",
-            Format::Q8_0 => "Q8_0",
-            Format::Q4_1 => "Q4_1",
-        }
+        self.info().name
     }
 
     /// Values per block along a row (1 for the float formats).
     pub fn block(self) -> usize {
-        match self {
-            Format::F32 | Format::F16 => 1,
-            Format::Q8_0 | Format::Q4_1 => QK,
-        }
-    }
-
-    /// Bytes per block in GGUF.
-    fn gguf_block_bytes(self) -> usize {
-        match self {
-            Format::F32 => 4,
-            Format::F16 => 2,
-            Format::Q8_0 => 34,
-            Format::Q4_1 => 20,
-        }
-    }
-
-    /// Bytes per block on the GPU.
-    fn gpu_block_bytes(self) -> usize {
-        match self {
-            Format::Q8_0 => 36,
-            f => f.gguf_block_bytes(),
-        }
+        self.info().block
     }
 
     /// Bytes of one row of `k` values in GGUF, or an error when `k` is not a whole number of blocks.
@@ -104,18 +115,86 @@ impl Format {
         if !k.is_multiple_of(self.block()) {
             return Err(Error::Weights(format!("{} rows need a multiple of {} values, got {k}", self.name(), self.block())));
         }
-        Ok(k / self.block() * self.gguf_block_bytes())
+        Ok(k / self.block() * self.info().gguf_bytes)
     }
 
     /// u32 words of one row of `k` values on the GPU.
     pub fn gpu_row_words(self, k: usize) -> usize {
-        (k / self.block()) * self.gpu_block_bytes() / 4
+        (k / self.block()) * self.info().gpu_bytes / 4
     }
 
     /// Bytes of an `[n, k]` matrix on the GPU (rows padded to a whole row group); an error when
     /// that does not fit in a `usize`.
     pub fn gpu_bytes(self, n: usize, k: usize) -> Result<usize> {
         gpu_words(self, n, k)?.checked_mul(4).ok_or_else(|| Error::Weights(format!("{} [{n}, {k}] overflows", self.name())))
+    }
+}
+
+// The table's conversions, one block at a time (the table checks the sizes: `blk` is always
+// `gguf_bytes` long, `x` always `block` values).
+
+fn f16_at(b: &[u8]) -> f32 {
+    f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// The bytes as they are, as little-endian words. A float block (2 or 4 bytes) is less than a
+/// word: `to_gpu_layout` packs whole rows, so float rows pass through here in one piece.
+fn words(blk: &[u8], out: &mut Vec<u32>) {
+    out.extend(blk.chunks_exact(4).map(|q| u32::from_le_bytes([q[0], q[1], q[2], q[3]])));
+}
+
+/// `d` alone in the low half of a word, then the 32 bytes of `q`.
+fn q8_0_words(blk: &[u8], out: &mut Vec<u32>) {
+    out.push(u16::from_le_bytes([blk[0], blk[1]]) as u32);
+    words(&blk[2..], out);
+}
+
+fn f32_values(blk: &[u8], out: &mut Vec<f32>) {
+    out.push(f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]));
+}
+
+fn f16_values(blk: &[u8], out: &mut Vec<f32>) {
+    out.push(f16_at(blk));
+}
+
+fn q8_0_values(blk: &[u8], out: &mut Vec<f32>) {
+    let d = f16_at(blk);
+    out.extend(blk[2..].iter().map(|&q| d * (q as i8) as f32));
+}
+
+fn q4_1_values(blk: &[u8], out: &mut Vec<f32>) {
+    let (d, m) = (f16_at(blk), f16_at(&blk[2..]));
+    let qs = &blk[4..20];
+    out.extend(qs.iter().map(|&q| d * (q & 15) as f32 + m));
+    out.extend(qs.iter().map(|&q| d * (q >> 4) as f32 + m));
+}
+
+fn f32_bytes(x: &[f32], out: &mut Vec<u8>) {
+    out.extend(x[0].to_le_bytes());
+}
+
+fn f16_bytes(x: &[f32], out: &mut Vec<u8>) {
+    out.extend(f16::from_f32(x[0]).to_le_bytes());
+}
+
+fn q8_0_bytes(blk: &[f32], out: &mut Vec<u8>) {
+    let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend(f16::from_f32(d).to_le_bytes());
+    out.extend(blk.iter().map(|v| (v * id).round() as i8 as u8));
+}
+
+fn q4_1_bytes(blk: &[f32], out: &mut Vec<u8>) {
+    let min = blk.iter().copied().fold(f32::INFINITY, f32::min);
+    let max = blk.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let d = (max - min) / 15.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend(f16::from_f32(d).to_le_bytes());
+    out.extend(f16::from_f32(min).to_le_bytes());
+    let q = |v: f32| (((v - min) * id + 0.5) as u8).min(15);
+    for j in 0..QK / 2 {
+        out.push(q(blk[j]) | (q(blk[j + QK / 2]) << 4));
     }
 }
 
@@ -140,7 +219,7 @@ pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result
     if !k.is_multiple_of(4) || k == 0 {
         return Err(Error::Weights(format!("{} rows of {k} values: the GPU layout needs a multiple of 4", format.name())));
     }
-    // Each row as words (Q8_0 blocks padded to 9 words), then word j of row r goes to
+    // Each row as words (each block repacked by the format's row of the table), then word j of row r goes to
     // (r / G)·W·G + j·G + r % G, rows padded with zeros. One row at a time: a load holds the
     // file's bytes and the GPU layout, nothing more.
     let w = format.gpu_row_words(k);
@@ -148,14 +227,11 @@ pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result
     let mut words = Vec::with_capacity(w);
     for (r, row) in bytes.chunks_exact(format.row_bytes(k)?).enumerate() {
         words.clear();
-        match format {
-            Format::Q8_0 => {
-                for blk in row.chunks_exact(34) {
-                    words.push(u16::from_le_bytes([blk[0], blk[1]]) as u32);
-                    words.extend(blk[2..].chunks_exact(4).map(|q| u32::from_le_bytes([q[0], q[1], q[2], q[3]])));
-                }
-            }
-            _ => words.extend(row.chunks_exact(4).map(|q| u32::from_le_bytes([q[0], q[1], q[2], q[3]]))),
+        let info = format.info();
+        if info.block == 1 {
+            (info.repack)(row, &mut words);
+        } else {
+            row.chunks_exact(info.gguf_bytes).for_each(|blk| (info.repack)(blk, &mut words));
         }
         if words.len() != w {
             return Err(Error::Weights(format!("{} row of {k} values: {} words, the GPU layout has {w}", format.name(), words.len())));
@@ -170,65 +246,24 @@ pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result
 
 /// Dequantizes GGUF bytes of one or more whole rows to f32 (the CPU oracle for every format).
 pub fn dequantize(format: Format, bytes: &[u8]) -> Result<Vec<f32>> {
-    let bb = format.gguf_block_bytes();
-    if !bytes.len().is_multiple_of(bb) {
-        return Err(Error::Weights(format!("{} data of {} bytes is not whole blocks", format.name(), bytes.len())));
+    let info = format.info();
+    if !bytes.len().is_multiple_of(info.gguf_bytes) {
+        return Err(Error::Weights(format!("{} data of {} bytes is not whole blocks", info.name, bytes.len())));
     }
-    let mut out = Vec::with_capacity(bytes.len() / bb * format.block());
-    let h = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
-    for blk in bytes.chunks_exact(bb) {
-        match format {
-            Format::F32 => out.push(f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]])),
-            Format::F16 => out.push(h(blk)),
-            Format::Q8_0 => {
-                let d = h(blk);
-                out.extend(blk[2..].iter().map(|&q| d * (q as i8) as f32));
-            }
-            Format::Q4_1 => {
-                let (d, m) = (h(blk), h(&blk[2..]));
-                let qs = &blk[4..20];
-                out.extend(qs.iter().map(|&q| d * (q & 15) as f32 + m));
-                out.extend(qs.iter().map(|&q| d * (q >> 4) as f32 + m));
-            }
-        }
-    }
+    let mut out = Vec::with_capacity(bytes.len() / info.gguf_bytes * info.block);
+    bytes.chunks_exact(info.gguf_bytes).for_each(|blk| (info.dequantize)(blk, &mut out));
     Ok(out)
 }
 
 /// Quantizes f32 values (whole blocks) into GGUF bytes, the way ggml's reference quantizers do.
 /// Used to build test weights and the tiny test model.
 pub fn quantize(format: Format, x: &[f32]) -> Result<Vec<u8>> {
-    if !x.len().is_multiple_of(format.block()) {
-        return Err(Error::Weights(format!("{} needs whole blocks of {}", format.name(), format.block())));
+    let info = format.info();
+    if !x.len().is_multiple_of(info.block) {
+        return Err(Error::Weights(format!("{} needs whole blocks of {}", info.name, info.block)));
     }
-    let mut out = Vec::with_capacity(x.len() / format.block() * format.gguf_block_bytes());
-    match format {
-        Format::F32 => x.iter().for_each(|v| out.extend(v.to_le_bytes())),
-        Format::F16 => x.iter().for_each(|v| out.extend(f16::from_f32(*v).to_le_bytes())),
-        Format::Q8_0 => {
-            for blk in x.chunks_exact(QK) {
-                let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
-                let d = amax / 127.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                out.extend(f16::from_f32(d).to_le_bytes());
-                out.extend(blk.iter().map(|v| (v * id).round() as i8 as u8));
-            }
-        }
-        Format::Q4_1 => {
-            for blk in x.chunks_exact(QK) {
-                let min = blk.iter().copied().fold(f32::INFINITY, f32::min);
-                let max = blk.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let d = (max - min) / 15.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-                out.extend(f16::from_f32(d).to_le_bytes());
-                out.extend(f16::from_f32(min).to_le_bytes());
-                let q = |v: f32| (((v - min) * id + 0.5) as u8).min(15);
-                for j in 0..QK / 2 {
-                    out.push(q(blk[j]) | (q(blk[j + QK / 2]) << 4));
-                }
-            }
-        }
-    }
+    let mut out = Vec::with_capacity(x.len() / info.block * info.gguf_bytes);
+    x.chunks_exact(info.block).for_each(|blk| (info.quantize)(blk, &mut out));
     Ok(out)
 }
 
@@ -274,5 +309,60 @@ mod tests {
         assert!(to_gpu_layout(Format::Q4_1, &[0; 19], 1, 32).is_err());
         assert!(to_gpu_layout(Format::Q4_1, &[0; 20], 1, 31).is_err());
         assert!(dequantize(Format::Q8_0, &[0; 35]).is_err());
+    }
+
+    #[test]
+    fn the_table_is_in_format_order_and_its_sizes_agree() {
+        for (i, f) in Format::ALL.into_iter().enumerate() {
+            let info = f.info();
+            assert!(std::ptr::eq(info, &FORMATS[i]), "{}: Format::ALL and FORMATS disagree on the order", info.name);
+            assert_eq!(Format::from_ggml_type(info.ggml_type), Some(f));
+            if info.block > 1 {
+                let mut w = Vec::new();
+                (info.repack)(&vec![0; info.gguf_bytes], &mut w);
+                assert_eq!(w.len() * 4, info.gpu_bytes, "{}: a block repacks to its GPU size in whole words", info.name);
+            }
+            // Every conversion consumes and produces exactly one block.
+            let x: Vec<f32> = (0..info.block).map(|j| j as f32 / 8.0 - 1.0).collect();
+            let mut bytes = Vec::new();
+            (info.quantize)(&x, &mut bytes);
+            assert_eq!(bytes.len(), info.gguf_bytes, "{}", info.name);
+            let mut values = Vec::new();
+            (info.dequantize)(&bytes, &mut values);
+            assert_eq!(values.len(), info.block, "{}", info.name);
+        }
+        let ids: std::collections::HashSet<u32> = FORMATS.iter().map(|i| i.shader_id).collect();
+        assert_eq!(ids.len(), FORMATS.len(), "shader ids are distinct");
+    }
+
+    /// `const FMT_<name>: u32 = <id>u;` lines of a shader.
+    fn shader_formats(src: &str) -> Vec<(String, u32)> {
+        src.lines()
+            .filter_map(|l| l.trim().strip_prefix("const FMT_"))
+            .map(|l| {
+                let (name, rest) = l.split_once(':').expect("const FMT_X: u32 = Nu;");
+                let id = rest.split('=').nth(1).expect("a value").trim().trim_end_matches(';').trim_end_matches('u');
+                (name.trim().to_string(), id.parse().expect("a u32 literal"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_shaders_format_constants_match_the_table() {
+        let src = include_str!("../../shaders/matmul.wgsl");
+        let mut want: Vec<(String, u32)> = FORMATS.iter().map(|i| (i.name.to_string(), i.shader_id)).collect();
+        let mut got = shader_formats(src);
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "shaders/matmul.wgsl's FMT_* constants against FORMATS");
+        // Each format has its decode branch, and the lanes kernel names exactly the formats it runs.
+        for i in &FORMATS {
+            assert!(src.contains(&format!("FORMAT == FMT_{}", i.name)), "matmul.wgsl has no branch for {}", i.name);
+        }
+        let lanes = include_str!("../../shaders/matmul_lanes.wgsl");
+        for i in &FORMATS {
+            assert_eq!(lanes.contains(&format!("FMT_{}", i.name)), i.lanes, "matmul_lanes.wgsl and FORMATS disagree on {}", i.name);
+        }
+        assert!(!src.contains("FORMAT >=") && !src.contains("FORMAT <") && !lanes.contains("FORMAT >="), "formats are compared by name, not by order");
     }
 }

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Gpu, Kernel};
 use crate::quant::{self, Format};
 
-use super::{need, u, Kind};
+use super::{need, u, Variant};
 
 static MATVEC: Kernel = kernel!("matmul", "matvec", [Read, Read, ReadWrite, Read]);
 static MATVEC_COOP: Kernel = kernel!("matmul", "matvec_coop", [Read, Read, ReadWrite, Read]);
@@ -71,7 +71,7 @@ pub(crate) fn gpu_layout(name: &str, format: Format, gguf_bytes: &[u8], n: usize
 
 /// `y[t, n] = x[t, k] · Wᵀ` (weights dequantized in the shader).
 pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
-    matmul_into(b, x, w, y, t, false, t >= TILE_FROM, Kind::for_adapter(b.gpu()))
+    matmul_into(b, x, w, y, t, false, t >= TILE_FROM, Variant::for_adapter(b.gpu()))
 }
 
 /// `matmul` (or, with `acc`, `matmul_acc`) on the tiled kernel whatever `t` is. A row's result
@@ -79,17 +79,17 @@ pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: 
 /// chunks — a cached prefix and a new suffix, or all at once — gets the same K/V bit for bit:
 /// prefill uses it, decode the faster matrix-vector kernel. `kind` picks the tiled kernel
 /// (`Lanes`: `matmul_lanes` for the block formats; otherwise `matmul`).
-pub fn matmul_exact(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: Kind) -> Result<()> {
+pub fn matmul_exact(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: Variant) -> Result<()> {
     matmul_into(b, x, w, y, t, acc, true, kind)
 }
 
 /// `y[t, n] += x[t, k] · Wᵀ`: a projection with the residual add fused in (one dispatch, not two).
 pub fn matmul_acc(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
-    matmul_into(b, x, w, y, t, true, t >= TILE_FROM, Kind::for_adapter(b.gpu()))
+    matmul_into(b, x, w, y, t, true, t >= TILE_FROM, Variant::for_adapter(b.gpu()))
 }
 
 #[allow(clippy::too_many_arguments)]
-fn matmul_into(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, tiled: bool, kind: Kind) -> Result<()> {
+fn matmul_into(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, tiled: bool, kind: Variant) -> Result<()> {
     need("matmul", "x", x, t * w.k)?;
     need("matmul", "y", y, t * w.n)?;
     if !tiled {
@@ -121,12 +121,12 @@ pub enum XLoad<'a> {
 /// `y[0, n] (+)= xl(x[x_row, :]) · Wᵀ`: one token's projection on the matrix-vector kernel `kind`,
 /// with the op before it fused into the x-load.
 #[allow(clippy::too_many_arguments)]
-pub fn matvec(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, acc: bool, kind: Kind) -> Result<()> {
+pub fn matvec(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, acc: bool, kind: Variant) -> Result<()> {
     matvec_rows(b, x, x_row, xl, w, y, 1, acc, kind)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: Kind) -> Result<()> {
+fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: Variant) -> Result<()> {
     let width = if matches!(xl, XLoad::SwiGlu) { 2 * w.k } else { w.k };
     need("matvec", "x", x, (x_row + t) * width)?;
     need("matvec", "y", y, t * w.n)?;
@@ -139,9 +139,9 @@ fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Wei
         XLoad::SwiGlu => (2, &w.buf, 0.0),
     };
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), u(x_row * width / 4), f32::to_bits(eps)];
-    let consts = [("FORMAT", w.format.shader_id()), ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
+    let consts = [("FORMAT", w.format.shader_id()), ("BLOCK", w.format.block() as f64), ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
     match kind {
-        Kind::Rows | Kind::Lanes => {
+        Variant::Rows | Variant::Lanes => {
             // As many rows per invocation as leave enough workgroups to keep every core busy.
             let invocations = |r: usize| w.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
             // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
@@ -149,19 +149,20 @@ fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Wei
             let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
             let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
             let groups = [u(invocations(r)).div_ceil(MM_WG), u(t), 1];
-            let consts = [consts[0], consts[1], consts[2], ("WG", MM_WG as f64), ("R", r as f64)];
+            let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", MM_WG as f64), ("R", r as f64)];
             let kernel = if lanes_block(b.gpu(), kind, w.format) { &MATVEC_LANES } else { &MATVEC };
             b.dispatch(kernel, &consts, &params, &[x, &w.buf, y, aux], groups)
         }
-        Kind::Coop => {
+        Variant::Coop => {
             let groups = [u(w.n.div_ceil(quant::ROW_GROUP)), u(t), 1];
             b.dispatch(&MATVEC_COOP, &consts, &params, &[x, &w.buf, y, aux], groups)
         }
     }
 }
 
-/// Whether `kind` runs `matmul_lanes.wgsl` on weights of `format`: the block formats, where 8 lanes
-/// share a block's x by subgroup broadcast (subgroups of at least 8 lanes).
-fn lanes_block(gpu: &Gpu, kind: Kind, format: Format) -> bool {
-    kind == Kind::Lanes && format.block() == 32 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8)
+/// Whether `kind` runs `matmul_lanes.wgsl` on weights of `format`: the formats it decodes (the
+/// `lanes` column of the format table), where 8 lanes share a block's x by subgroup broadcast
+/// (subgroups of at least 8 lanes).
+fn lanes_block(gpu: &Gpu, kind: Variant, format: Format) -> bool {
+    kind == Variant::Lanes && format.info().lanes && gpu.caps.subgroup_size.is_some_and(|n| n >= 8)
 }
