@@ -44,6 +44,11 @@ fn main() {
         let sd = (row.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / row.len() as f32).sqrt();
         let mut sorted = row.to_vec();
         sorted.sort_by(|a, b| b.total_cmp(a));
-        println!("  oracle logits after token {i} ({}): mean {mean:.3}, sd {sd:.3}, max {:.3}, top-2 gap {:.4}", tokens[i], sorted[0], sorted[0] - sorted[1]);
+        println!(
+            "  oracle logits after token {i} ({}): mean {mean:.3}, sd {sd:.3}, max {:.3}, top-2 gap {:.4}",
+            tokens[i],
+            sorted[0],
+            sorted[0] - sorted[1]
+        );
     }
 }

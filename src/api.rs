@@ -180,7 +180,9 @@ impl ChatRequest {
             let m = e.to_string();
             // serde names the field and lists every one it knows; the list is noise here.
             let m = match m.find(", expected one of") {
-                Some(cut) if m.starts_with("unknown field") => format!("{}: hotprefix does not implement it{}", &m[..cut], &m[m.rfind(" at line").unwrap_or(m.len())..]),
+                Some(cut) if m.starts_with("unknown field") => {
+                    format!("{}: hotprefix does not implement it{}", &m[..cut], &m[m.rfind(" at line").unwrap_or(m.len())..])
+                }
                 _ => m,
             };
             Error::InvalidArgument(format!("request: {m}"))
@@ -267,7 +269,8 @@ pub enum WarningCode {
 
 impl WarningCode {
     /// Every code.
-    pub const ALL: [WarningCode; 3] = [WarningCode::DynamicBeforeStatic, WarningCode::HistoryRewritten, WarningCode::JsonSerializationChanged];
+    pub const ALL: [WarningCode; 3] =
+        [WarningCode::DynamicBeforeStatic, WarningCode::HistoryRewritten, WarningCode::JsonSerializationChanged];
 
     /// The code's JSON name: `"dynamic_before_static"`, …
     pub fn as_str(self) -> &'static str {
@@ -362,7 +365,8 @@ mod tests {
         ))
         .unwrap();
         assert_eq!((r.temperature, r.top_p, r.max_tokens, r.seed, r.model.as_deref()), (0.0, 1.0, 256, 0, Some("m")));
-        let r = ChatRequest::from_json(&format!(r#"{{{HI},"max_completion_tokens":7,"frequency_penalty":0.5,"presence_penalty":-1}}"#)).unwrap();
+        let r = ChatRequest::from_json(&format!(r#"{{{HI},"max_completion_tokens":7,"frequency_penalty":0.5,"presence_penalty":-1}}"#))
+            .unwrap();
         assert_eq!((r.max_tokens, r.frequency_penalty, r.presence_penalty), (7, 0.5, -1.0));
         let r = ChatRequest::from_json(r#"{"messages":[{"role":"user","content":"hi","name":"ann","pinned":true}]}"#).unwrap();
         assert_eq!((r.messages[0].name.as_deref(), r.messages[0].pinned), (Some("ann"), true));

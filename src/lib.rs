@@ -38,10 +38,10 @@ pub mod error;
 pub mod gpu;
 pub mod lint;
 pub mod model;
+pub mod ops;
 pub mod text;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
-pub mod ops;
 
 // The paths of the flat tree before it was cut into parts, kept stable.
 pub use cache::kv;

@@ -132,7 +132,13 @@ fn random_load_under_a_tiny_budget_leaks_nothing_and_reuses_nothing_wrongly() {
         hits += usize::from(w.cached_tokens > 0);
         aborts += usize::from(w.finish == Finish::Abort);
         let c = block(cold.generate(&prompt, &salted(max_tokens, salt), |_| {})).unwrap();
-        assert_eq!(w.tokens[..], c.tokens[..w.tokens.len()], "request {i} ({} tokens, {} cached): answer differs from cold", prompt.len(), w.cached_tokens);
+        assert_eq!(
+            w.tokens[..],
+            c.tokens[..w.tokens.len()],
+            "request {i} ({} tokens, {} cached): answer differs from cold",
+            prompt.len(),
+            w.cached_tokens
+        );
         assert_eq!(cold.cache_stats().pages_used, 0, "the cold engine keeps nothing");
     }
     let evicted = warm.cache_stats().evicted_pages;
@@ -146,7 +152,11 @@ fn random_load_under_a_tiny_budget_leaks_nothing_and_reuses_nothing_wrongly() {
 
 fn document() -> String {
     let reference = common::reference("prompts-public.json");
-    let content = reference["prompts"].as_array().unwrap().iter().find(|p| p["id"] == "pub-10-longdoc-qa").unwrap()["messages"][1]["content"].as_str().unwrap().to_string();
+    let content = reference["prompts"].as_array().unwrap().iter().find(|p| p["id"] == "pub-10-longdoc-qa").unwrap()["messages"][1]
+        ["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
     // The first ~2,000 characters of the long document (~400 tokens).
     let start = content.find("<document>").unwrap();
     let mut end = start + 2000;
@@ -170,7 +180,11 @@ fn wrong_layout_is_diagnosed_and_static_first_hits() {
         ]
     };
     let first = block(e.chat(&ChatRequest::new(wrong("Alice", "09:14"), 2), |_| {})).unwrap();
-    assert!(first.cache.warnings.iter().any(|w| w.code == WarningCode::DynamicBeforeStatic && w.message == Some(0)), "{:?}", first.cache.warnings);
+    assert!(
+        first.cache.warnings.iter().any(|w| w.code == WarningCode::DynamicBeforeStatic && w.message == Some(0)),
+        "{:?}",
+        first.cache.warnings
+    );
     let second = block(e.chat(&ChatRequest::new(wrong("Bob", "09:15"), 2), |_| {})).unwrap();
     let d = second.cache.diverged_at.as_ref().expect("a divergence is reported");
     assert_eq!((d.message, d.role.as_deref()), (Some(0), Some("system")), "{d:?}");
@@ -190,7 +204,11 @@ fn wrong_layout_is_diagnosed_and_static_first_hits() {
     let a = block(e.chat(&ChatRequest::new(right("Alice", "09:14"), 2), |_| {})).unwrap();
     assert!(a.cache.warnings.is_empty(), "{:?}", a.cache.warnings);
     let b = block(e.chat(&ChatRequest::new(right("Bob", "09:15"), 2), |_| {})).unwrap();
-    assert!(b.usage.prompt_tokens_details.cached_tokens >= static_end, "{} cached, static prefix {static_end}", b.usage.prompt_tokens_details.cached_tokens);
+    assert!(
+        b.usage.prompt_tokens_details.cached_tokens >= static_end,
+        "{} cached, static prefix {static_end}",
+        b.usage.prompt_tokens_details.cached_tokens
+    );
     assert!(b.cache.warnings.is_empty(), "{:?}", b.cache.warnings);
 }
 

@@ -8,8 +8,8 @@
 use hotprefix::api::ChatRequest;
 use hotprefix::chat::Message;
 use hotprefix::engine::{AbortSignal, Engine, EngineOptions, Finish, GenerateParams};
-use hotprefix::sample::SamplingParams;
 use hotprefix::rng::Rng;
+use hotprefix::sample::SamplingParams;
 use hotprefix::testmodel::tiny_gguf;
 use hotprefix::Error;
 
@@ -62,7 +62,10 @@ async fn cached_equals_cold() {
 }
 
 fn doc(seed: u64, words: usize) -> String {
-    const WORDS: [&str; 16] = ["the", "canal", "ship", "lock", "water", "river", "engineer", "treaty", "lake", "dam", "year", "route", "cargo", "harbor", "tide", "gate"];
+    const WORDS: [&str; 16] = [
+        "the", "canal", "ship", "lock", "water", "river", "engineer", "treaty", "lake", "dam", "year", "route", "cargo", "harbor", "tide",
+        "gate",
+    ];
     let mut rng = Rng(seed);
     (0..words).map(|_| WORDS[rng.below(WORDS.len())]).collect::<Vec<_>>().join(" ")
 }
@@ -159,7 +162,9 @@ async fn saved_cache() {
     assert_eq!((r.prefixes, r.pages, a.cache_stats().pages_used), (0, 0, 0), "{r:?}");
     let docs = [doc(7, 50), doc(8, 50)];
     let system = Message::new("system", "Answer from the document.");
-    let ask = |d: &str, q: &str| ChatRequest::new(vec![system.clone(), Message::new("user", d.to_string()), Message::new("user", q.to_string())], 4);
+    let ask = |d: &str, q: &str| {
+        ChatRequest::new(vec![system.clone(), Message::new("user", d.to_string()), Message::new("user", q.to_string())], 4)
+    };
     for (d, q) in [(&docs[0], "what?"), (&docs[1], "who?")] {
         a.chat(&ask(d, q), |_| {}).await.unwrap();
     }
@@ -181,8 +186,15 @@ async fn saved_cache() {
     let warm = b.chat(&req, |_| {}).await.unwrap();
     let want = a.chat(&req, |_| {}).await.unwrap();
     let c = cold.chat(&req, |_| {}).await.unwrap();
-    assert!(warm.usage.prompt_tokens_details.cached_tokens >= doc_end, "{} cached, document ends at {doc_end}", warm.usage.prompt_tokens_details.cached_tokens);
-    assert_eq!(warm.usage.prompt_tokens_details.cached_tokens, want.usage.prompt_tokens_details.cached_tokens, "as much as the engine that computed it");
+    assert!(
+        warm.usage.prompt_tokens_details.cached_tokens >= doc_end,
+        "{} cached, document ends at {doc_end}",
+        warm.usage.prompt_tokens_details.cached_tokens
+    );
+    assert_eq!(
+        warm.usage.prompt_tokens_details.cached_tokens, want.usage.prompt_tokens_details.cached_tokens,
+        "as much as the engine that computed it"
+    );
     assert_eq!(warm.tokens, c.tokens, "the restored K/V answer as a cold run does");
     b.audit_cache().unwrap();
 
@@ -191,7 +203,9 @@ async fn saved_cache() {
     let mut flipped = file.clone();
     let mid = flipped.len() / 2;
     flipped[mid] ^= 1;
-    for (what, bytes, model) in [("corrupt", &flipped[..], "model-a"), ("truncated", &file[..file.len() - 9], "model-a"), ("another model", &file[..], "model-b")] {
+    for (what, bytes, model) in
+        [("corrupt", &flipped[..], "model-a"), ("truncated", &file[..file.len() - 9], "model-a"), ("another model", &file[..], "model-b")]
+    {
         let err = e.restore_cache(bytes, model).await.unwrap_err();
         assert!(matches!(err, Error::CacheFile(_)), "{what}: {err}");
         assert_eq!(e.cache_stats().pages_used, 0, "{what}: nothing resident");
@@ -310,7 +324,11 @@ async fn short_prompt_keeps_hitting() {
     assert_eq!(first.usage.prompt_tokens, n);
     let second = e.chat(&ChatRequest::new(msgs.clone(), 8), |_| {}).await.unwrap();
     assert_eq!(second.usage.prompt_tokens_details.cached_tokens, n - 1, "the second request reuses the prewarmed prompt");
-    assert!(n + second.tokens.len() > page + 1, "the answer ({} tokens) grows the {n}-token prompt past a page of {page}", second.tokens.len());
+    assert!(
+        n + second.tokens.len() > page + 1,
+        "the answer ({} tokens) grows the {n}-token prompt past a page of {page}",
+        second.tokens.len()
+    );
     let third = e.chat(&ChatRequest::new(msgs.clone(), 8), |_| {}).await.unwrap();
     assert_eq!(third.usage.prompt_tokens_details.cached_tokens, n - 1, "the third request reuses the prompt too");
     assert_eq!(third.tokens, second.tokens);

@@ -14,7 +14,9 @@ fn engine() -> Engine {
     let file = common::model_bytes();
     pollster::block_on(async {
         let gpu = dual::gpu().await;
-        Engine::load(gpu, &file, EngineOptions { context: Some(1024), kv_budget_mb: Some(64.0), ..EngineOptions::default() }).await.expect("load")
+        Engine::load(gpu, &file, EngineOptions { context: Some(1024), kv_budget_mb: Some(64.0), ..EngineOptions::default() })
+            .await
+            .expect("load")
     })
 }
 
@@ -101,7 +103,10 @@ fn bad_requests_are_typed_errors_and_the_engine_goes_on() {
         let ok = e.generate(&p, &greedy(3), |_| {}).await.unwrap();
         assert_eq!(ok.tokens.len(), 3);
         // Seeded sampling is reproducible.
-        let hot = GenerateParams { sampling: SamplingParams { temperature: 0.9, top_p: 0.95, seed: 7, ..SamplingParams::default() }, ..greedy(6) };
+        let hot = GenerateParams {
+            sampling: SamplingParams { temperature: 0.9, top_p: 0.95, seed: 7, ..SamplingParams::default() },
+            ..greedy(6)
+        };
         let a = e.generate(&p, &hot, |_| {}).await.unwrap();
         let b = e.generate(&p, &hot, |_| {}).await.unwrap();
         assert_eq!(a.tokens, b.tokens);

@@ -59,8 +59,7 @@ fn assert_gguf_err(bytes: &[u8], part: &str) {
 #[test]
 fn every_regression_input_gives_its_expected_result() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz-regressions");
-    let mut on_disk: Vec<String> =
-        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     on_disk.sort();
     let mut listed: Vec<String> = EXPECTED.iter().map(|(n, _)| n.to_string()).collect();
     listed.sort();

@@ -2,8 +2,8 @@
 //! lavapipe in CI) and in headless Chromium (`wasm-pack test --headless --chrome`).
 //! A machine without an adapter fails these tests loudly: they never pass silently.
 
-use hotprefix::quant::Format;
 use hotprefix::ops::Variant;
+use hotprefix::quant::Format;
 use hotprefix::quant::Format::{F16, F32, Q4_1, Q8_0};
 use hotprefix::selftest::{Check, Fused};
 
@@ -11,7 +11,6 @@ mod dual;
 
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
-
 
 async fn check_all(checks: &[Check]) {
     let gpu = dual::gpu().await;
@@ -62,7 +61,8 @@ fn mm(format: Format, shapes: &[(usize, usize, usize)]) -> Vec<Check> {
 
 // Odd T and N (not multiples of any workgroup size), T = 1 (matvec), T ≥ 4 (tiled), large K.
 #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
-const NATIVE_MM: &[(usize, usize, usize)] = &[(1, 576, 577), (1, 4096, 67), (3, 64, 129), (4, 96, 5), (13, 576, 203), (37, 1536, 33), (2, 32, 1)];
+const NATIVE_MM: &[(usize, usize, usize)] =
+    &[(1, 576, 577), (1, 4096, 67), (3, 64, 129), (4, 96, 5), (13, 576, 203), (37, 1536, 33), (2, 32, 1)];
 #[allow(dead_code)] // used by the browser build only
 const BROWSER_MM: &[(usize, usize, usize)] = &[(1, 96, 37), (5, 64, 19)];
 
@@ -126,39 +126,39 @@ gpu_test!(topk,
 // first token, page boundaries, GQA 3 (CPU adapters: one invocation or lane cluster per KV head),
 // GQA 6 at head dim 128, long contexts split over positions.
 gpu_test!(decode_attention,
-    native: [
-        Check::DecodeAttention { past: 0, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 3 },
-        Check::DecodeAttention { past: 31, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 5 },
-        Check::DecodeAttention { past: 47, n_head: 12, n_kv: 2, head_dim: 128, page: 16, pool: 5 },
-        Check::DecodeAttention { past: 1500, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 100 },
-        Check::DecodeAttention { past: 333, n_head: 4, n_kv: 4, head_dim: 32, page: 8, pool: 50 },
-        // Lanes: 3 quads a lane (head dim 96), 4 heads an item; 2 lanes an item (head dim 8).
-        Check::DecodeAttention { past: 77, n_head: 8, n_kv: 2, head_dim: 96, page: 16, pool: 8 },
-        Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 },
-    ],
-    browser: [
-        Check::DecodeAttention { past: 9, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
-        Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 },
-    ]);
+native: [
+    Check::DecodeAttention { past: 0, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 3 },
+    Check::DecodeAttention { past: 31, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 5 },
+    Check::DecodeAttention { past: 47, n_head: 12, n_kv: 2, head_dim: 128, page: 16, pool: 5 },
+    Check::DecodeAttention { past: 1500, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 100 },
+    Check::DecodeAttention { past: 333, n_head: 4, n_kv: 4, head_dim: 32, page: 8, pool: 50 },
+    // Lanes: 3 quads a lane (head dim 96), 4 heads an item; 2 lanes an item (head dim 8).
+    Check::DecodeAttention { past: 77, n_head: 8, n_kv: 2, head_dim: 96, page: 16, pool: 8 },
+    Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 },
+],
+browser: [
+    Check::DecodeAttention { past: 9, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
+    Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 },
+]);
 
 // Attention across page boundaries with shuffled pages, GQA ratios 1 and 3, decode (T = 1) and
 // prefill that starts after cached tokens.
 gpu_test!(attention,
-    native: [
-        Check::Attention { past: 0, t: 1, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 3 },
-        Check::Attention { past: 40, t: 1, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 5 },
-        Check::Attention { past: 0, t: 37, n_head: 4, n_kv: 4, head_dim: 32, page: 16, pool: 4 },
-        Check::Attention { past: 21, t: 19, n_head: 9, n_kv: 3, head_dim: 64, page: 8, pool: 9 },
-        Check::Attention { past: 130, t: 3, n_head: 6, n_kv: 2, head_dim: 128, page: 16, pool: 12 },
-        // Few queries over a long context: split over positions, then combined.
-        Check::Attention { past: 300, t: 2, n_head: 3, n_kv: 1, head_dim: 64, page: 16, pool: 20 },
-        // Lanes: 3 quads a lane, 4 heads an item; 2 lanes an item; 4 lanes, 1 quad, GQA 3.
-        Check::Attention { past: 270, t: 5, n_head: 8, n_kv: 2, head_dim: 96, page: 16, pool: 20 },
-        Check::Attention { past: 0, t: 3, n_head: 2, n_kv: 2, head_dim: 8, page: 2, pool: 3 },
-        Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
-    ],
-    browser: [
-        Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
-        Check::Attention { past: 0, t: 3, n_head: 2, n_kv: 2, head_dim: 8, page: 2, pool: 3 },
-        Check::Attention { past: 70, t: 1, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 9 },
-    ]);
+native: [
+    Check::Attention { past: 0, t: 1, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 3 },
+    Check::Attention { past: 40, t: 1, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 5 },
+    Check::Attention { past: 0, t: 37, n_head: 4, n_kv: 4, head_dim: 32, page: 16, pool: 4 },
+    Check::Attention { past: 21, t: 19, n_head: 9, n_kv: 3, head_dim: 64, page: 8, pool: 9 },
+    Check::Attention { past: 130, t: 3, n_head: 6, n_kv: 2, head_dim: 128, page: 16, pool: 12 },
+    // Few queries over a long context: split over positions, then combined.
+    Check::Attention { past: 300, t: 2, n_head: 3, n_kv: 1, head_dim: 64, page: 16, pool: 20 },
+    // Lanes: 3 quads a lane, 4 heads an item; 2 lanes an item; 4 lanes, 1 quad, GQA 3.
+    Check::Attention { past: 270, t: 5, n_head: 8, n_kv: 2, head_dim: 96, page: 16, pool: 20 },
+    Check::Attention { past: 0, t: 3, n_head: 2, n_kv: 2, head_dim: 8, page: 2, pool: 3 },
+    Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
+],
+browser: [
+    Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
+    Check::Attention { past: 0, t: 3, n_head: 2, n_kv: 2, head_dim: 8, page: 2, pool: 3 },
+    Check::Attention { past: 70, t: 1, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 9 },
+]);

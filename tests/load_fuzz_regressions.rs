@@ -21,9 +21,8 @@ const EXPECTED: &[(&str, Result<usize, &str>)] = &[];
 /// The fuzz target's body (`load_and_chat`) catching panics, with its time.
 fn run(bytes: &[u8]) -> (Result<hotprefix::Result<usize>, String>, Duration) {
     let start = Instant::now();
-    let r = std::panic::catch_unwind(|| load_and_chat(bytes)).map_err(|p| {
-        p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
-    });
+    let r = std::panic::catch_unwind(|| load_and_chat(bytes))
+        .map_err(|p| p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default());
     (r, start.elapsed())
 }
 

@@ -29,7 +29,13 @@ fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
         ("the tiny model", tiny_gguf(1)),
         ("no merges", tiny_with(|m, _| drop(m.remove("tokenizer.ggml.merges")))),
         ("a template that does not parse", tiny_with(set("tokenizer.chat_template", Value::Str("{% for %}".into())))),
-        ("a looping template (renders fail, the load does not)", tiny_with(set("tokenizer.chat_template", Value::Str("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}".into())))),
+        (
+            "a looping template (renders fail, the load does not)",
+            tiny_with(set(
+                "tokenizer.chat_template",
+                Value::Str("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}".into()),
+            )),
+        ),
         ("3 layers declared", tiny_with(set("llama.block_count", Value::U32(3)))),
         ("1 layer declared", tiny_with(set("llama.block_count", Value::U32(1)))),
         ("ffn 128", tiny_with(set("llama.feed_forward_length", Value::U32(128)))),
@@ -37,21 +43,30 @@ fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
         ("width 2^32 + 96", tiny_with(set("llama.embedding_length", Value::U64((1 << 32) | 96)))),
         ("bos 2^32 + 257", tiny_with(set("tokenizer.ggml.bos_token_id", Value::U64((1 << 32) | 257)))),
         ("a tensor missing", tiny_with(|_, t| t.retain(|(n, ..)| n != "blk.1.ffn_up.weight"))),
-        ("a norm of the wrong shape", tiny_with(|_, t| t.iter_mut().filter(|(n, ..)| n == "blk.0.ffn_norm.weight").for_each(|(_, d, ..)| *d = vec![32, 3]))),
-        ("an F32 embedding", tiny_with(|_, t| {
-            for (n, d, ty, b) in t.iter_mut().filter(|(n, ..)| n == "token_embd.weight") {
-                let _ = n;
-                *ty = 0;
-                *d = vec![96, 320];
-                *b = vec![0; 96 * 320 * 4];
-            }
-        })),
-        ("a tokenizer larger than the model", tiny_with(|m, _| {
-            let Some(Value::Array(tokens)) = m.get_mut("tokenizer.ggml.tokens") else { panic!("tokens") };
-            tokens.push(Value::Str("extra".into()));
-            let Some(Value::Array(types)) = m.get_mut("tokenizer.ggml.token_type") else { panic!("types") };
-            types.push(Value::I32(1));
-        })),
+        (
+            "a norm of the wrong shape",
+            tiny_with(|_, t| t.iter_mut().filter(|(n, ..)| n == "blk.0.ffn_norm.weight").for_each(|(_, d, ..)| *d = vec![32, 3])),
+        ),
+        (
+            "an F32 embedding",
+            tiny_with(|_, t| {
+                for (n, d, ty, b) in t.iter_mut().filter(|(n, ..)| n == "token_embd.weight") {
+                    let _ = n;
+                    *ty = 0;
+                    *d = vec![96, 320];
+                    *b = vec![0; 96 * 320 * 4];
+                }
+            }),
+        ),
+        (
+            "a tokenizer larger than the model",
+            tiny_with(|m, _| {
+                let Some(Value::Array(tokens)) = m.get_mut("tokenizer.ggml.tokens") else { panic!("tokens") };
+                tokens.push(Value::Str("extra".into()));
+                let Some(Value::Array(types)) = m.get_mut("tokenizer.ggml.token_type") else { panic!("types") };
+                types.push(Value::I32(1));
+            }),
+        ),
     ];
     let mut failures = Vec::new();
     let mut refused = 0;

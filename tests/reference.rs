@@ -43,7 +43,11 @@ fn agrees_with_llama_cpp_on_the_public_prompts() {
         // Weights stay in their quantized form on the GPU: within 2% of the GGUF tensor bytes.
         let gguf_bytes: u64 = hotprefix::gguf::Gguf::parse(&file).unwrap().tensors.iter().map(|t| t.bytes).sum();
         let ratio = model.weight_bytes() as f64 / gguf_bytes as f64;
-        println!("weights: {} bytes on the GPU for {gguf_bytes} bytes of GGUF tensors ({:+.2}%)", model.weight_bytes(), 100.0 * (ratio - 1.0));
+        println!(
+            "weights: {} bytes on the GPU for {gguf_bytes} bytes of GGUF tensors ({:+.2}%)",
+            model.weight_bytes(),
+            100.0 * (ratio - 1.0)
+        );
         assert!(ratio <= 1.02, "GPU weight bytes {} vs GGUF {gguf_bytes}", model.weight_bytes());
         let (mut agree, mut total, mut dl_sum, mut dl_n) = (0usize, 0usize, 0f64, 0usize);
         let (mut kl_sum, mut prompts, mut greedy_agree, mut greedy_total) = (0f64, 0usize, 0usize, 0usize);

@@ -12,7 +12,6 @@ use serde_json::Value as Json;
 
 mod common;
 
-
 fn model() -> &'static (Tokenizer, ChatTemplate) {
     static M: OnceLock<(Tokenizer, ChatTemplate)> = OnceLock::new();
     M.get_or_init(|| {

@@ -6,12 +6,12 @@ use std::time::Instant;
 use hotprefix::api::ChatRequest;
 use hotprefix::chat::Message;
 use hotprefix::engine::{Engine, EngineOptions};
+use hotprefix::gpu::now_ms;
 use hotprefix::gpu::Gpu;
 use hotprefix::model::{Model, Options};
 use hotprefix::ops::Variant;
 use hotprefix::quant::Format;
 use hotprefix::rng::Rng;
-use hotprefix::gpu::now_ms;
 use hotprefix::selftest::time_matmul;
 use hotprefix::Result;
 
@@ -34,12 +34,19 @@ fn cpu_read_gbs(threads: usize) -> f64 {
         let total: f32 = std::thread::scope(|s| {
             let hs: Vec<_> = data
                 .chunks(chunk)
-                .map(|c| s.spawn(move || c.chunks_exact(16).fold([0f32; 16], |mut a, b| {
-                    for i in 0..16 {
-                        a[i] += b[i];
-                    }
-                    a
-                }).iter().sum::<f32>()))
+                .map(|c| {
+                    s.spawn(move || {
+                        c.chunks_exact(16)
+                            .fold([0f32; 16], |mut a, b| {
+                                for i in 0..16 {
+                                    a[i] += b[i];
+                                }
+                                a
+                            })
+                            .iter()
+                            .sum::<f32>()
+                    })
+                })
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
         });
@@ -152,7 +159,8 @@ pub async fn model(path: &str, json: bool, runs: usize, kernels: &str) -> Result
             rates.push(STEPS as f64 / ((now_ms() - t) / 1e3));
             let c = gpu.counters();
             let per = |a: u64, b: u64| (a - b) as f64 / STEPS as f64;
-            per_token = Some([per(c.dispatches, c0.dispatches), per(c.passes, c0.passes), per(c.submits, c0.submits), per(c.waits, c0.waits)]);
+            per_token =
+                Some([per(c.dispatches, c0.dispatches), per(c.passes, c0.passes), per(c.submits, c0.submits), per(c.waits, c0.waits)]);
             seq.clear()?;
         }
         decode.push((n, median(&mut rates)));
@@ -246,7 +254,9 @@ pub async fn profile(path: &str, json: bool, section: &str, kernels: &str) -> Re
         "decode" => (&[128, 1500], false),
         "decode-short" => (&[128], false),
         "prefill" => (&[], true),
-        other => return Err(hotprefix::Error::InvalidArgument(format!("--section {other:?}: expected decode, decode-short, prefill or all"))),
+        other => {
+            return Err(hotprefix::Error::InvalidArgument(format!("--section {other:?}: expected decode, decode-short, prefill or all")))
+        }
     };
     let file = crate::read_model(path)?;
     let gpu = Gpu::new().await?;
@@ -352,7 +362,10 @@ const CHAT: [&str; 20] = [
 fn longdoc() -> Result<(Message, String, String)> {
     let bad = |m: &str| hotprefix::Error::InvalidArgument(format!("prompts-public.json: {m}"));
     let spec: serde_json::Value = serde_json::from_str(PROMPTS).map_err(|e| bad(&e.to_string()))?;
-    let p = spec["prompts"].as_array().and_then(|v| v.iter().find(|p| p["id"] == "pub-10-longdoc-qa")).ok_or_else(|| bad("no pub-10-longdoc-qa"))?;
+    let p = spec["prompts"]
+        .as_array()
+        .and_then(|v| v.iter().find(|p| p["id"] == "pub-10-longdoc-qa"))
+        .ok_or_else(|| bad("no pub-10-longdoc-qa"))?;
     let msgs: Vec<Message> = serde_json::from_value(p["messages"].clone()).map_err(|e| bad(&e.to_string()))?;
     let [system, user] = msgs.as_slice() else { return Err(bad("expected system + user")) };
     let cut = user.content.rfind("Question:").ok_or_else(|| bad("no question"))?;
@@ -368,7 +381,8 @@ pub async fn cache(path: &str, json: bool) -> Result<()> {
     let (system, doc, q1) = longdoc()?;
     let gpu = Gpu::new().await?;
     let adapter = gpu.describe();
-    let mut e = Engine::load(gpu, &file, EngineOptions { context: Some(4096), kv_budget_mb: Some(256.0), ..EngineOptions::default() }).await?;
+    let mut e =
+        Engine::load(gpu, &file, EngineOptions { context: Some(4096), kv_budget_mb: Some(256.0), ..EngineOptions::default() }).await?;
     let req = |q: &str, max_tokens| ChatRequest::new(vec![system.clone(), Message::new("user", format!("{doc}{q}"))], max_tokens);
     // Warm-up: pipelines compiled, weights paged in.
     e.chat(&ChatRequest::new(vec![Message::new("user", "Hi")], 2), |_| {}).await?;
@@ -413,8 +427,15 @@ pub async fn cache(path: &str, json: bool) -> Result<()> {
             overflows += 1;
             last_dropped = r.cache.dropped_messages;
         }
-        eprintln!("turn {}: {} prompt tokens, {} cached, ttft {:.0} ms", turns.len() + 1, r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens, r.timings.ttft_ms);
-        turns.push(serde_json::json!({"prompt_tokens": r.usage.prompt_tokens, "cached_tokens": r.usage.prompt_tokens_details.cached_tokens,
+        eprintln!(
+            "turn {}: {} prompt tokens, {} cached, ttft {:.0} ms",
+            turns.len() + 1,
+            r.usage.prompt_tokens,
+            r.usage.prompt_tokens_details.cached_tokens,
+            r.timings.ttft_ms
+        );
+        turns
+            .push(serde_json::json!({"prompt_tokens": r.usage.prompt_tokens, "cached_tokens": r.usage.prompt_tokens_details.cached_tokens,
             "needed": need, "dropped_messages": r.cache.dropped_messages, "ttft_ms": r.timings.ttft_ms}));
         let mut seq = p.clone();
         let fed = if r.finish_reason == "length" { r.tokens.len().saturating_sub(1) } else { r.tokens.len() };
@@ -424,11 +445,14 @@ pub async fn cache(path: &str, json: bool) -> Result<()> {
     }
     let efficiency = needed as f64 / prefilled.max(1) as f64;
     if json {
-        println!("{}", serde_json::json!({
-            "adapter": adapter,
-            "ttft": {"prompt_tokens": prompt, "cached_tokens": cached, "cold_ms": cold, "warm_ms": warm, "warm_over_cold": ratio, "floor": floor, "ratio_to_floor": ratio / floor},
-            "chat": {"turns": CHAT.len(), "context": context, "overflows": overflows, "needed": needed, "prefilled": prefilled, "prefill_efficiency": efficiency, "per_turn": turns},
-        }));
+        println!(
+            "{}",
+            serde_json::json!({
+                "adapter": adapter,
+                "ttft": {"prompt_tokens": prompt, "cached_tokens": cached, "cold_ms": cold, "warm_ms": warm, "warm_over_cold": ratio, "floor": floor, "ratio_to_floor": ratio / floor},
+                "chat": {"turns": CHAT.len(), "context": context, "overflows": overflows, "needed": needed, "prefilled": prefilled, "prefill_efficiency": efficiency, "per_turn": turns},
+            })
+        );
     } else {
         println!("adapter: {adapter}");
         println!("TTFT, {prompt}-token prompt, {cached} cached: cold {cold:.0} ms, warm {warm:.0} ms, warm/cold {ratio:.4}");

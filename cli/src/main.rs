@@ -163,12 +163,16 @@ async fn run(model: &str, prompt: Option<String>, messages: Option<String>, para
     let messages: Option<Vec<Message>> = match &messages {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidArgument(format!("cannot read {path}: {e}")))?;
-            Some(serde_json::from_str(&text).map_err(|e| Error::InvalidArgument(format!("{path}: not a list of {{role, content}} messages: {e}")))?)
+            Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| Error::InvalidArgument(format!("{path}: not a list of {{role, content}} messages: {e}")))?,
+            )
         }
         None => None,
     };
     let gpu = Gpu::new().await?;
-    let mut engine = Engine::load(gpu, &file, EngineOptions { context: Some(4096), kv_budget_mb: Some(128.0), ..EngineOptions::default() }).await?;
+    let mut engine =
+        Engine::load(gpu, &file, EngineOptions { context: Some(4096), kv_budget_mb: Some(128.0), ..EngineOptions::default() }).await?;
     let ids = match (&prompt, &messages) {
         (_, Some(m)) => engine.encode_chat(m)?,
         (Some(p), None) => engine.tokenizer().encode_text(p)?,
@@ -203,9 +207,11 @@ async fn run(model: &str, prompt: Option<String>, messages: Option<String>, para
 }
 
 async fn score(model: &str, tokens: &[u32], top: usize, greedy: usize) -> Result<()> {
-    let total = tokens.len().checked_add(greedy).filter(|&n| n <= 1 << 20).ok_or_else(|| {
-        Error::InvalidArgument(format!("{} tokens + {greedy} greedy steps is more than any context", tokens.len()))
-    })?;
+    let total = tokens
+        .len()
+        .checked_add(greedy)
+        .filter(|&n| n <= 1 << 20)
+        .ok_or_else(|| Error::InvalidArgument(format!("{} tokens + {greedy} greedy steps is more than any context", tokens.len())))?;
     let file = read_model(model)?;
     let gpu = Gpu::new().await?;
     let opts = Options { chunk: 64, context: None, all_logits: true };

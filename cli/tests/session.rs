@@ -82,7 +82,10 @@ fn a_long_chat_through_session_stdin_reuses_every_turn_and_overflows_rarely() {
         let dropped = r["cache"]["dropped_messages"].as_u64().unwrap();
         if dropped != last_dropped {
             overflows += 1;
-            assert!(cached + 3 >= static_tokens, "turn {turn} overflowed: {cached} cached, the pinned prefix is {static_tokens} tokens: {r}");
+            assert!(
+                cached + 3 >= static_tokens,
+                "turn {turn} overflowed: {cached} cached, the pinned prefix is {static_tokens} tokens: {r}"
+            );
         } else if let Some(resident) = left_resident {
             assert!(cached >= resident, "turn {turn}: {cached} cached, the previous turn left {resident} resident: {r}");
         } else {
@@ -112,7 +115,9 @@ fn a_long_chat_through_session_stdin_reuses_every_turn_and_overflows_rarely() {
 fn bad_and_blank_lines_do_not_end_the_session_and_a_short_prompt_keeps_hitting() {
     let model = repo().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(model.exists(), "missing test data: {} (run scripts/fetch-model.sh)", model.display());
-    let req = |max: u32| json!({"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}], "max_tokens": max}).to_string();
+    let req = |max: u32| {
+        json!({"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}], "max_tokens": max}).to_string()
+    };
     let mut input: Vec<u8> = Vec::new();
     for line in [req(0), req(8)] {
         input.extend_from_slice(line.as_bytes());

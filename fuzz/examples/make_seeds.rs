@@ -68,12 +68,8 @@ fn tiny_files() -> Vec<(&'static str, Vec<u8>)> {
         ("t.f32s", Value::Array(vec![Value::F32(0.5), Value::F32(-1.0)])),
         ("t.empty", Value::Array(vec![])),
     ];
-    let tensors: Vec<(&str, &[u64], u32, &[u8])> = vec![
-        ("f32", &[4, 2], 0, &f32s),
-        ("f16", &[8], 1, &f16),
-        ("q8_0", &[32, 2], 8, &q8),
-        ("q4_1", &[32], 3, &q4),
-    ];
+    let tensors: Vec<(&str, &[u64], u32, &[u8])> =
+        vec![("f32", &[4, 2], 0, &f32s), ("f16", &[8], 1, &f16), ("q8_0", &[32, 2], 8, &q8), ("q4_1", &[32], 3, &q4)];
     vec![
         ("tiny_all_types.bin", write(&all_types, &tensors)),
         ("tiny_q8_q4.bin", write(&all_types[..3], &tensors[2..])),
@@ -143,9 +139,9 @@ fn main() {
         // The tiny files are valid: they must parse.
         Gguf::parse(bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
-    let model = std::env::args().nth(1).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf").display().to_string()
-    });
+    let model = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf").display().to_string());
     match std::fs::read(&model) {
         Ok(file) => {
             seeds.push(("real_head_64k.bin", file[..file.len().min(64 << 10)].to_vec()));

@@ -185,7 +185,9 @@ impl KvCache {
     /// table for sequences of up to `max_seq_tokens` positions.
     pub async fn new(gpu: &Gpu, shape: KvShape, pages: usize, page_size: usize, max_seq_tokens: usize) -> Result<KvCache> {
         if pages == 0 || page_size == 0 || max_seq_tokens == 0 {
-            return Err(Error::InvalidArgument(format!("KV cache of {pages} pages of {page_size} positions, sequences of {max_seq_tokens}")));
+            return Err(Error::InvalidArgument(format!(
+                "KV cache of {pages} pages of {page_size} positions, sequences of {max_seq_tokens}"
+            )));
         }
         if u32::try_from(pages).is_err() {
             return Err(Error::InvalidArgument(format!("{pages} KV pages (at most 2^32)")));
@@ -317,7 +319,12 @@ impl Sequence {
     /// reference on each. Its length becomes `pages.len() × page_size`.
     pub fn adopt_prefix(&mut self, pages: &[u32]) -> Result<()> {
         if !self.pages.is_empty() || pages.len() > self.max_pages {
-            return Err(Error::InvalidArgument(format!("adopting {} pages into a sequence of {} pages (of {} at most)", pages.len(), self.pages.len(), self.max_pages)));
+            return Err(Error::InvalidArgument(format!(
+                "adopting {} pages into a sequence of {} pages (of {} at most)",
+                pages.len(),
+                self.pages.len(),
+                self.max_pages
+            )));
         }
         let mut pool = self.pool.borrow_mut();
         for &p in pages {
@@ -333,7 +340,11 @@ impl Sequence {
     /// already written (a copied partial page). The sequence must end on a page boundary.
     pub fn push_written_page(&mut self, page: u32, tokens: usize) -> Result<()> {
         if self.len != self.pages.len() * self.page_size || tokens > self.page_size || self.pages.len() >= self.max_pages {
-            return Err(Error::InvalidArgument(format!("a page of {tokens} written positions after {} positions in {} pages", self.len, self.pages.len())));
+            return Err(Error::InvalidArgument(format!(
+                "a page of {tokens} written positions after {} positions in {} pages",
+                self.len,
+                self.pages.len()
+            )));
         }
         self.pages.push(page);
         self.len += tokens;

@@ -182,7 +182,7 @@ mod tests {
         for bad in [
             vec![prefix(vec![1, 2, 3], vec![0, 1]), prefix(vec![1, 9], vec![0])], // other tokens
             vec![prefix(vec![1, 2, 3], vec![0, 1]), prefix(vec![5, 6, 1, 2], vec![1, 0])], // other position
-            vec![prefix(vec![1, 2, 1, 2], vec![0, 0])],                             // twice in one prefix
+            vec![prefix(vec![1, 2, 1, 2], vec![0, 0])],                           // twice in one prefix
         ] {
             let f = encode(&header(bad.clone()), &data).unwrap();
             assert!(decode(&f, &shape(), 32, 10).is_err(), "{bad:?} accepted");

@@ -55,8 +55,11 @@ pub fn tiny_gguf_with(seed: u64, edit: impl FnOnce(&mut std::collections::BTreeM
     // The tiny model always parses; an empty file would only fail the caller's test.
     let Ok(g) = Gguf::parse(&file) else { return Vec::new() };
     let mut md = g.metadata.clone();
-    let mut tensors: Vec<TensorEntry> =
-        g.tensors.iter().map(|t| (t.name.clone(), t.dims.clone(), t.ggml_type, g.data(&file, t).map(<[u8]>::to_vec).unwrap_or_default())).collect();
+    let mut tensors: Vec<TensorEntry> = g
+        .tensors
+        .iter()
+        .map(|t| (t.name.clone(), t.dims.clone(), t.ggml_type, g.data(&file, t).map(<[u8]>::to_vec).unwrap_or_default()))
+        .collect();
     edit(&mut md, &mut tensors);
     let md: Vec<(&str, Value)> = md.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     let refs: Vec<(&str, &[u64], u32, &[u8])> = tensors.iter().map(|(n, d, t, b)| (n.as_str(), &d[..], *t, &b[..])).collect();
@@ -177,8 +180,8 @@ fn tensor(g: &Gguf, file: &[u8], name: &str, dims: &[usize]) -> Result<Vec<f32>>
     if t.dims.iter().map(|&d| d as usize).ne(dims.iter().copied()) {
         return Err(Error::Model(format!("{name}: shape {:?}, expected {dims:?}", t.dims)));
     }
-    let format = Format::from_ggml_type(t.ggml_type)
-        .ok_or_else(|| Error::Model(format!("{name}: ggml type {} is not supported", t.ggml_type)))?;
+    let format =
+        Format::from_ggml_type(t.ggml_type).ok_or_else(|| Error::Model(format!("{name}: ggml type {} is not supported", t.ggml_type)))?;
     quant::dequantize(format, g.data(file, t)?)
 }
 

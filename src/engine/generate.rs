@@ -4,9 +4,9 @@
 
 use crate::api;
 use crate::error::{Error, Result};
+use crate::gpu::now_ms;
 use crate::model::Logits;
 use crate::sample::{Sampler, TOP_WINDOW};
-use crate::gpu::now_ms;
 use crate::tokenizer::StreamDecoder;
 
 use super::{Engine, Finish, GenerateParams, Generation};
@@ -228,7 +228,6 @@ impl Engine {
     pub async fn last_logits(&self) -> Result<Vec<f32>> {
         self.model.read_logits(&self.gpu, 1).await
     }
-
 }
 
 /// The stop strings, matched as the text grows: each call searches only where a match that ends

@@ -23,17 +23,17 @@ use crate::kv;
 
 use crate::model::{Model, Options, TensorBytes};
 use crate::persist;
-use crate::preflight;
 /// Where a request stopped matching the resident prefix ([`Generation::divergence`]), and a
 /// resident prefix ([`CacheStats::prefixes`]).
 pub use crate::prefix::{Divergence, Resident};
+use crate::preflight;
 use crate::sample::SamplingParams;
-use crate::tokenizer::Tokenizer;
-/// The cache's state ([`Engine::cache_stats`]), and what a restore did ([`Engine::restore_cache`]).
-pub use resident::{CacheStats, Restored, SAVE_BATCH_BYTES};
-use resident::ResidentCache;
 /// A prompt encoded from messages ([`Engine::encode_messages`]).
 pub use crate::text::prompt::{Encoded, Prompter};
+use crate::tokenizer::Tokenizer;
+use resident::ResidentCache;
+/// The cache's state ([`Engine::cache_stats`]), and what a restore did ([`Engine::restore_cache`]).
+pub use resident::{CacheStats, Restored, SAVE_BATCH_BYTES};
 
 /// The KV budget when none is given: 512 MiB (23,300 positions of the default model), or less
 /// where the adapter's binding limits allow less. Browsers do not say how much GPU memory there
@@ -185,7 +185,8 @@ impl Engine {
         if opts.page_size == 0 {
             return Err(Error::InvalidArgument("KV page size 0".into()));
         }
-        let model = Model::load_from(&gpu, g, file, Options { chunk: opts.chunk, context: opts.context, all_logits: false }, progress).await?;
+        let model =
+            Model::load_from(&gpu, g, file, Options { chunk: opts.chunk, context: opts.context, all_logits: false }, progress).await?;
         preflight::check_vocab(&tokenizer, &model.cfg)?;
         let page_bytes = model.cfg.kv_shape().page_bytes(opts.page_size);
         let mb = opts.kv_budget_mb.unwrap_or(DEFAULT_KV_BUDGET_MB);
@@ -202,11 +203,10 @@ impl Engine {
             return Err(Error::KvBudgetTooLarge { budget_mb: mb, bytes: pages as u64 * page_bytes, limit: by_limits as u64 * page_bytes });
         }
         let kv = model.kv_cache(&gpu, pages, opts.page_size).await?;
-        let top_sampling = model.cfg.vocab > crate::ops::TopkLayout { cap: crate::sample::TOP_CAP, window: crate::sample::TOP_WINDOW }.words();
-        let mut stop_ids: Vec<u32> = ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"]
-            .iter()
-            .filter_map(|t| tokenizer.token_id(t))
-            .collect();
+        let top_sampling =
+            model.cfg.vocab > crate::ops::TopkLayout { cap: crate::sample::TOP_CAP, window: crate::sample::TOP_WINDOW }.words();
+        let mut stop_ids: Vec<u32> =
+            ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"].iter().filter_map(|t| tokenizer.token_id(t)).collect();
         stop_ids.extend(tokenizer.eos_id());
         let cache = ResidentCache::new(kv, opts.cache);
         Ok(Engine { gpu, model, tokenizer, template, cache, history: History::default(), stop_ids, top_sampling, draws: (0, 0) })
@@ -254,7 +254,13 @@ impl Engine {
         let salt = req.cache_salt.clone().unwrap_or_default();
         let seen = Seen::of(&req.messages);
         let warnings = self.history.lint(&salt, &req.messages, &seen, &kept, &enc, &self.tokenizer);
-        let params = GenerateParams { max_tokens: req.max_tokens, sampling: req.sampling(), stop: req.stop.to_vec(), cache_salt: salt.clone(), abort };
+        let params = GenerateParams {
+            max_tokens: req.max_tokens,
+            sampling: req.sampling(),
+            stop: req.stop.to_vec(),
+            cache_salt: salt.clone(),
+            abort,
+        };
         let g = self.generate(&enc.ids, &params, on_text).await?;
         self.history.record(&salt, seen);
         let diverged_at = g.divergence.as_ref().map(|d| self.prompter().locate(d, &enc, &kept, &req.messages));
@@ -379,4 +385,3 @@ impl Engine {
         self.cache.corrupt_for_test();
     }
 }
-

@@ -226,7 +226,14 @@ impl ResidentCache {
     /// nothing changes. All or nothing: a restore that fails later (the GPU, the page accounting)
     /// makes none of the file's prefixes resident; only the idle prefixes it evicted to make room
     /// for them stay evicted.
-    pub(crate) async fn restore(&mut self, gpu: &Gpu, file: &[u8], shape: &persist::Shape, vocab: usize, max_tokens: usize) -> Result<Restored> {
+    pub(crate) async fn restore(
+        &mut self,
+        gpu: &Gpu,
+        file: &[u8],
+        shape: &persist::Shape,
+        vocab: usize,
+        max_tokens: usize,
+    ) -> Result<Restored> {
         self.check()?;
         let (header, data) = persist::decode(file, shape, self.kv.page_bytes(), vocab)?;
         let mut held = Vec::new();
@@ -244,7 +251,14 @@ impl ResidentCache {
     }
 
     /// The body of [`Self::restore`]: every page it allocates goes into `held`.
-    async fn restore_held(&mut self, gpu: &Gpu, header: &persist::Header, data: &[u8], max_tokens: usize, held: &mut Vec<u32>) -> Result<Restored> {
+    async fn restore_held(
+        &mut self,
+        gpu: &Gpu,
+        header: &persist::Header,
+        data: &[u8],
+        max_tokens: usize,
+        held: &mut Vec<u32>,
+    ) -> Result<Restored> {
         let page_bytes = self.kv.page_bytes() as usize;
         // The file's pages that the restored prefixes need, and the pool page each goes into.
         let mut to: Vec<Option<u32>> = vec![None; header.pages as usize];

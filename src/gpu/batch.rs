@@ -17,14 +17,7 @@ impl Gpu {
         if self.batch_open.replace(true) {
             return Err(Error::Validation("a batch is already being recorded on this Gpu".into()));
         }
-        Ok(Batch {
-            gpu: self,
-            enc: None,
-            pass: None,
-            slot: 0,
-            params: Vec::new(),
-            scopes: Some(Scopes::push(&self.device)),
-        })
+        Ok(Batch { gpu: self, enc: None, pass: None, slot: 0, params: Vec::new(), scopes: Some(Scopes::push(&self.device)) })
     }
 }
 
@@ -91,7 +84,11 @@ impl<'g> Batch<'g> {
             let i = p.labels.len() as u32;
             let consts: Vec<String> = constants.iter().map(|(k, v)| format!("{k}={v}")).collect();
             p.labels.push(format!("{}.{} {} {groups:?}", kernel.name, kernel.entry, consts.join(",")));
-            wgpu::ComputePassTimestampWrites { query_set: &p.set, beginning_of_pass_write_index: Some(2 * i), end_of_pass_write_index: Some(2 * i + 1) }
+            wgpu::ComputePassTimestampWrites {
+                query_set: &p.set,
+                beginning_of_pass_write_index: Some(2 * i),
+                end_of_pass_write_index: Some(2 * i + 1),
+            }
         });
         if timed.is_some() {
             self.pass = None;
@@ -100,7 +97,9 @@ impl<'g> Batch<'g> {
             Some(p) => p,
             None => {
                 let enc = self.enc.get_or_insert_with(|| self.gpu.device.create_command_encoder(&Default::default()));
-                let pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("hotprefix"), timestamp_writes: timed.clone() }).forget_lifetime();
+                let pass = enc
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("hotprefix"), timestamp_writes: timed.clone() })
+                    .forget_lifetime();
                 self.gpu.count(|c| c.passes += 1);
                 self.pass.insert(pass)
             }

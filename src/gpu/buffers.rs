@@ -117,9 +117,7 @@ impl Gpu {
     ) -> Result<Vec<u8>> {
         scopes.pop(self).await?;
         #[cfg(not(target_arch = "wasm32"))]
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Readback(e.to_string()))?;
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Readback(e.to_string()))?;
         let mapped = rx.await.map_err(|_| Error::Readback("map callback dropped".into()))?;
         if let Err(e) = mapped {
             self.check_alive()?;

@@ -113,7 +113,10 @@ impl Gpu {
         let limits = adapter.limits();
         // What the kernels need: attention binds 8 storage buffers (WebGPU's default limit),
         // argmax and matvec_coop use 256-wide workgroups.
-        if limits.max_storage_buffers_per_shader_stage < 8 || limits.max_compute_invocations_per_workgroup < 256 || limits.max_compute_workgroup_size_x < 256 {
+        if limits.max_storage_buffers_per_shader_stage < 8
+            || limits.max_compute_invocations_per_workgroup < 256
+            || limits.max_compute_workgroup_size_x < 256
+        {
             return Err(Error::AdapterLimits(format!(
                 "{} storage buffers per shader stage and {} invocations per workgroup; hotprefix needs 8 and 256",
                 limits.max_storage_buffers_per_shader_stage, limits.max_compute_invocations_per_workgroup
@@ -293,9 +296,7 @@ impl Gpu {
         self.count(|c| c.waits += 1);
         #[cfg(not(target_arch = "wasm32"))]
         {
-            self.device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| Error::Validation(e.to_string()))?;
+            self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::Validation(e.to_string()))?;
         }
         #[cfg(target_arch = "wasm32")]
         {
@@ -307,7 +308,6 @@ impl Gpu {
         }
         self.check_alive()
     }
-
 }
 
 /// Validation and out-of-memory error scopes around a piece of GPU work.

@@ -86,10 +86,7 @@ impl Gpu {
                         count: None,
                     });
                 }
-                let bgl = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                    label: Some(k.name),
-                    entries: &entries,
-                });
+                let bgl = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(k.name), entries: &entries });
                 let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
                     label: Some(k.name),
                     bind_group_layouts: &[Some(&bgl)],
@@ -101,11 +98,7 @@ impl Gpu {
     }
 
     pub(super) fn pipeline(&self, k: &Kernel, constants: &[(&'static str, f64)]) -> wgpu::ComputePipeline {
-        let key = PipelineKey {
-            shader: k.name,
-            entry: k.entry,
-            constants: constants.iter().map(|(n, v)| (*n, v.to_bits())).collect(),
-        };
+        let key = PipelineKey { shader: k.name, entry: k.entry, constants: constants.iter().map(|(n, v)| (*n, v.to_bits())).collect() };
         if let Some(p) = self.pipelines.borrow().get(&key) {
             return p.clone();
         }
@@ -116,10 +109,7 @@ impl Gpu {
             layout: Some(&layout),
             module: &module,
             entry_point: Some(k.entry),
-            compilation_options: wgpu::PipelineCompilationOptions {
-                constants,
-                zero_initialize_workgroup_memory: false,
-            },
+            compilation_options: wgpu::PipelineCompilationOptions { constants, zero_initialize_workgroup_memory: false },
             cache: None,
         });
         self.pipelines.borrow_mut().insert(key, p.clone());
@@ -127,11 +117,7 @@ impl Gpu {
     }
 
     pub(super) fn bind_group(&self, k: &Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
-        let key = BindKey {
-            shader: k.name,
-            entry: k.entry,
-            buffers: buffers.iter().map(|b| ((*b).clone(), 0, b.size())).collect(),
-        };
+        let key = BindKey { shader: k.name, entry: k.entry, buffers: buffers.iter().map(|b| ((*b).clone(), 0, b.size())).collect() };
         if let Some(bg) = self.bind_groups.borrow().get(&key) {
             return bg.clone();
         }
@@ -147,11 +133,7 @@ impl Gpu {
         for (i, b) in buffers.iter().enumerate() {
             entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() });
         }
-        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(k.name),
-            layout: &bgl,
-            entries: &entries,
-        });
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(k.name), layout: &bgl, entries: &entries });
         self.bind_groups.borrow_mut().insert(key, bg.clone());
         bg
     }

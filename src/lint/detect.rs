@@ -100,18 +100,14 @@ fn accept(text: &str, start: usize, end: usize, check: Check) -> bool {
     match check {
         Check::None => true,
         Check::NotInNumber => {
-            let glued = |sep: Option<u8>, d: Option<u8>| {
-                matches!(sep, Some(b'.' | b':')) && d.is_some_and(|d| d.is_ascii_digit())
-            };
-            !glued(at(start.checked_sub(1)), at(start.checked_sub(2)))
-                && !glued(at(Some(end)), at(Some(end + 1)))
+            let glued = |sep: Option<u8>, d: Option<u8>| matches!(sep, Some(b'.' | b':')) && d.is_some_and(|d| d.is_ascii_digit());
+            !glued(at(start.checked_sub(1)), at(start.checked_sub(2))) && !glued(at(Some(end)), at(Some(end + 1)))
         }
         Check::DigitAndLetter => {
             let m = &b[start..end];
             m.iter().any(u8::is_ascii_digit) && m.iter().any(u8::is_ascii_alphabetic)
         }
-        Check::BareHash => !at(start.checked_sub(1))
-            .is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'&' | b'#')),
+        Check::BareHash => !at(start.checked_sub(1)).is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'&' | b'#')),
     }
 }
 
@@ -126,12 +122,7 @@ pub fn dynamic_spans(text: &str) -> Vec<DynamicSpan> {
         for m in re.find_iter(text) {
             if accept(text, m.start(), m.end(), *check) {
                 let (start, end, text) = (m.start(), m.end(), m.as_str().to_string());
-                cands.push(DynamicSpan {
-                    start,
-                    end,
-                    kind: *kind,
-                    text,
-                });
+                cands.push(DynamicSpan { start, end, kind: *kind, text });
             }
         }
     }
@@ -165,9 +156,7 @@ fn write_canonical(value: &Value, out: &mut String) {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         // Serialising a number or a string cannot fail; the fallback is unreachable.
-        Value::Number(n) => {
-            out.push_str(&serde_json::to_string(n).unwrap_or_else(|_| "null".into()))
-        }
+        Value::Number(n) => out.push_str(&serde_json::to_string(n).unwrap_or_else(|_| "null".into())),
         Value::String(s) => write_str(s, out),
         Value::Array(items) => write_seq(out, '[', ']', items.iter(), write_canonical),
         Value::Object(map) => {
@@ -182,13 +171,7 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
-fn write_seq<T>(
-    out: &mut String,
-    open: char,
-    close: char,
-    items: impl Iterator<Item = T>,
-    mut write: impl FnMut(T, &mut String),
-) {
+fn write_seq<T>(out: &mut String, open: char, close: char, items: impl Iterator<Item = T>, mut write: impl FnMut(T, &mut String)) {
     out.push(open);
     for (i, item) in items.enumerate() {
         if i > 0 {
@@ -206,9 +189,7 @@ fn write_str(s: &str, out: &mut String) {
 /// Parses `text` as one JSON value (surrounding whitespace allowed) and returns its
 /// canonical form; the error is serde_json's message.
 pub fn canonicalize_json_text(text: &str) -> Result<String, String> {
-    serde_json::from_str::<Value>(text)
-        .map(|v| canonical_json(&v))
-        .map_err(|e| e.to_string())
+    serde_json::from_str::<Value>(text).map(|v| canonical_json(&v)).map_err(|e| e.to_string())
 }
 
 /// A JSON object or array embedded in free text (e.g. a tool schema pasted in a system prompt).
@@ -262,12 +243,7 @@ pub fn json_spans(text: &str) -> Vec<JsonSpan> {
             pos = end;
             if end - start >= MIN_JSON_BYTES && has_key(&value) {
                 let (raw, canonical) = (scan[start..end].to_string(), canonical_json(&value));
-                spans.push(JsonSpan {
-                    start,
-                    end,
-                    raw,
-                    canonical,
-                });
+                spans.push(JsonSpan { start, end, raw, canonical });
             }
         }
     }
@@ -294,10 +270,7 @@ mod tests {
             assert!(text.is_char_boundary(s.start) && text.is_char_boundary(s.end));
             assert_eq!(text[s.start..s.end], s.text);
         }
-        assert!(
-            spans.windows(2).all(|w| w[0].end <= w[1].start),
-            "{spans:?}"
-        );
+        assert!(spans.windows(2).all(|w| w[0].end <= w[1].start), "{spans:?}");
         spans.into_iter().map(|s| (s.kind, s.text)).collect()
     }
 
@@ -327,14 +300,8 @@ mod tests {
              the [4th of July]; until [Sept. 15]; ts=[2024-05-01T13:45:00Z]; at \
              [2024-05-01 13:45:00.5+02:00] x",
         );
-        check_marked(
-            Uuid,
-            "id [550e8400-e29b-41d4-a716-446655440000]. ID=[550E8400-E29B-41D4-A716-446655440000]",
-        );
-        check_marked(
-            HexId,
-            "trace [a3f9c2e81b7d4f60] done, addr [0x1A2B3C4D], magic [0xdeadbeef].",
-        );
+        check_marked(Uuid, "id [550e8400-e29b-41d4-a716-446655440000]. ID=[550E8400-E29B-41D4-A716-446655440000]");
+        check_marked(HexId, "trace [a3f9c2e81b7d4f60] done, addr [0x1A2B3C4D], magic [0xdeadbeef].");
         check_marked(
             Counter,
             "This is [request #42]. [Turn 7] of the chat, [user id: 1234], [id: 1234], \
@@ -380,21 +347,12 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.as_deref(), Ok(r#"{"a":[1,2,{"c":true,"d":null}],"b":1}"#));
         let deep = canonicalize_json_text(r#"{"z":{"y":{"x":[{"b":2,"a":1}]}},"a":-1.5}"#);
-        assert_eq!(
-            deep.as_deref(),
-            Ok(r#"{"a":-1.5,"z":{"y":{"x":[{"a":1,"b":2}]}}}"#)
-        );
-        assert_eq!(
-            canonicalize_json_text("1e3"),
-            canonicalize_json_text("1000.0")
-        );
+        assert_eq!(deep.as_deref(), Ok(r#"{"a":-1.5,"z":{"y":{"x":[{"a":1,"b":2}]}}}"#));
+        assert_eq!(canonicalize_json_text("1e3"), canonicalize_json_text("1000.0"));
         let v = json!({"日": 4, "é": 3, "z": 2, "Z": 1});
         assert_eq!(canonical_json(&v), r#"{"Z":1,"z":2,"é":3,"日":4}"#);
         let v = json!({"k\"ey": "a\"b\\c\nd\u{1}/é", "e": [[], {}]});
-        assert_eq!(
-            canonical_json(&v),
-            r#"{"e":[[],{}],"k\"ey":"a\"b\\c\nd\u0001/é"}"#
-        );
+        assert_eq!(canonical_json(&v), r#"{"e":[[],{}],"k\"ey":"a\"b\\c\nd\u0001/é"}"#);
         assert!(canonicalize_json_text("{oops").is_err_and(|e| !e.is_empty()));
         assert!(canonicalize_json_text("{} trailing").is_err());
     }
@@ -411,20 +369,13 @@ mod tests {
 
     #[test]
     fn json_spans_found() {
-        let schema =
-            r#"{"name": "get_weather", "parameters": {"type": "object", "required": ["city"]}}"#;
+        let schema = r#"{"name": "get_weather", "parameters": {"type": "object", "required": ["city"]}}"#;
         let text = format!("Größe — 日本語. Tools: {schema}. Use them wisely.");
         assert_eq!(raws(&text), [schema]);
         let want = r#"{"name":"get_weather","parameters":{"required":["city"],"type":"object"}}"#;
         assert_eq!(json_spans(&text)[0].canonical, want);
         let two = r#"A: {"name":"a","x":1} and B: [ {"name": "b"}, {"name": "c"} ] end"#;
-        assert_eq!(
-            raws(two),
-            [
-                r#"{"name":"a","x":1}"#,
-                r#"[ {"name": "b"}, {"name": "c"} ]"#
-            ]
-        );
+        assert_eq!(raws(two), [r#"{"name":"a","x":1}"#, r#"[ {"name": "b"}, {"name": "c"} ]"#]);
         assert_eq!(raws(r#"{"ab":1}"#), [r#"{"ab":1}"#]);
         assert_eq!(raws(r#"x [{"k":[{"n":1}]}] y"#), [r#"[{"k":[{"n":1}]}]"#]);
         // The unterminated outer object is skipped; its complete inner object is found.

@@ -16,8 +16,8 @@ use std::hash::{Hash, Hasher};
 
 use crate::api::{Warning, WarningCode};
 use crate::chat::Message;
-use crate::text::prompt::Encoded;
 use crate::lint;
+use crate::text::prompt::Encoded;
 use crate::tokenizer::Tokenizer;
 
 /// Unchanging tokens after dynamic content from which it is worth a warning.
@@ -122,7 +122,13 @@ fn looks_current(span: &lint::DynamicSpan, year: i64) -> bool {
     years.is_empty() || years.iter().any(|y| (y - year).abs() <= 1)
 }
 
-fn dynamic_before_static(messages: &[Message], kept: &[usize], enc: &Encoded, tok: &Tokenizer, unchanged: impl Fn(usize) -> bool) -> Vec<Warning> {
+fn dynamic_before_static(
+    messages: &[Message],
+    kept: &[usize],
+    enc: &Encoded,
+    tok: &Tokenizer,
+    unchanged: impl Fn(usize) -> bool,
+) -> Vec<Warning> {
     let mut out = Vec::new();
     let Some(last) = enc.contents.last() else { return out };
     let year = current_year();
@@ -246,7 +252,8 @@ mod tests {
         let appended = msgs(&[("system", "S"), ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
         assert_eq!(rewrite_of(&h, &appended), None);
         // The system prompt changed, the rest kept: a rewrite at message 0.
-        let rewritten = msgs(&[("system", "S at 12:01"), ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
+        let rewritten =
+            msgs(&[("system", "S at 12:01"), ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
         assert_eq!(rewrite_of(&h, &rewritten).map(|w| (w.code, w.message)), Some((WarningCode::HistoryRewritten, Some(0))));
         // The oldest turn dropped: head truncation by the client, not a rewrite.
         let dropped = msgs(&[("system", "S"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);

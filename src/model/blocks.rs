@@ -93,10 +93,21 @@ impl Pass<'_, '_> {
                 ops::rope(self.b, &s.qkv, &s.pos, &m.rope, &rope)?;
                 let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
                 ops::kv_write(self.b, &s.qkv, &src, &s.pos, self.table, self.table_len, kv)?;
-                AttnShape { t, n_head: c.n_head, q_stride: qkv_w, scale, ctx: start + t, split: Split::Fixed, fused: false, kind: m.variant }
+                AttnShape {
+                    t,
+                    n_head: c.n_head,
+                    q_stride: qkv_w,
+                    scale,
+                    ctx: start + t,
+                    split: Split::Fixed,
+                    fused: false,
+                    kind: m.variant,
+                }
             }
             // RoPE, the KV write and attention in one dispatch.
-            Mode::Decode { pos, .. } => AttnShape { t: 1, n_head: c.n_head, q_stride: qkv_w, scale, ctx: pos + 1, split: Split::Auto, fused: true, kind: m.variant },
+            Mode::Decode { pos, .. } => {
+                AttnShape { t: 1, n_head: c.n_head, q_stride: qkv_w, scale, ctx: pos + 1, split: Split::Auto, fused: true, kind: m.variant }
+            }
         };
         ops::attention(self.b, &s.qkv, &shape, &s.pos, self.table, self.table_len, kv, &m.rope, &s.att, &s.part)?;
         self.project(&s.att, &layer.wo, &s.x, true) // x += att · Woᵀ

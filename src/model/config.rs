@@ -109,5 +109,3 @@ impl Config {
         KvShape { layers: self.n_layer, kv_heads: self.n_kv_head, head_dim: self.head_dim }
     }
 }
-
-

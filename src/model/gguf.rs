@@ -127,25 +127,25 @@ pub struct Gguf {
 /// (values per block, bytes per block) of the ggml types this reader knows.
 fn type_layout(t: u32) -> Option<(u64, u64)> {
     Some(match t {
-        0 => (1, 4),     // F32
-        1 => (1, 2),     // F16
-        2 => (32, 18),   // Q4_0
-        3 => (32, 20),   // Q4_1
-        6 => (32, 22),   // Q5_0
-        7 => (32, 24),   // Q5_1
-        8 => (32, 34),   // Q8_0
-        10 => (256, 84), // Q2_K
+        0 => (1, 4),      // F32
+        1 => (1, 2),      // F16
+        2 => (32, 18),    // Q4_0
+        3 => (32, 20),    // Q4_1
+        6 => (32, 22),    // Q5_0
+        7 => (32, 24),    // Q5_1
+        8 => (32, 34),    // Q8_0
+        10 => (256, 84),  // Q2_K
         11 => (256, 110), // Q3_K
         12 => (256, 144), // Q4_K
         13 => (256, 176), // Q5_K
         14 => (256, 210), // Q6_K
         15 => (256, 292), // Q8_K
-        24 => (1, 1),    // I8
-        25 => (1, 2),    // I16
-        26 => (1, 4),    // I32
-        27 => (1, 8),    // I64
-        28 => (1, 8),    // F64
-        30 => (1, 2),    // BF16
+        24 => (1, 1),     // I8
+        25 => (1, 2),     // I16
+        26 => (1, 4),     // I32
+        27 => (1, 8),     // I64
+        28 => (1, 8),     // F64
+        30 => (1, 2),     // BF16
         _ => return None,
     })
 }
@@ -296,9 +296,10 @@ impl Gguf {
         }
         let alignment = match metadata.get("general.alignment") {
             None => DEFAULT_ALIGNMENT,
-            Some(v) => v.as_u64().filter(|a| a.is_power_of_two() && *a <= 1 << 20).ok_or_else(|| {
-                err(format!("general.alignment {v:?} is not a power of two ≤ 1 MiB"))
-            })?,
+            Some(v) => v
+                .as_u64()
+                .filter(|a| a.is_power_of_two() && *a <= 1 << 20)
+                .ok_or_else(|| err(format!("general.alignment {v:?} is not a power of two ≤ 1 MiB")))?,
         };
         let capacity = fit::<usize>(n_tensors).ok_or_else(|| err(format!("{n_tensors} tensors")))?;
         let mut tensors = Vec::with_capacity(capacity);

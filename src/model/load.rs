@@ -190,4 +190,3 @@ async fn vector<S: Sink>(sink: &mut S, g: &Gguf, file: &dyn TensorBytes, name: &
     let v = vector_data(g, file, name, n)?;
     sink.vector(name, v).await
 }
-

@@ -16,17 +16,17 @@ use crate::gpu::Gpu;
 use crate::kv::{KvCache, Sequence};
 use gguf::Gguf;
 
-use crate::ops::{self, Weight};
 /// The matrix-vector and attention kernel variant ([`Model::use_kernels`]).
 pub use crate::ops::Variant;
+use crate::ops::{self, Weight};
 use crate::sample::{Top, TOP, TOP_CAP, TOP_WINDOW};
 
 use arch::Arch;
 use blocks::{Mode, Pass};
 pub use config::{Config, MAX_CONTEXT};
-pub(crate) use load::{load_weights, Layer, Sink, Weights};
 pub use load::TensorBytes;
 use load::Upload;
+pub(crate) use load::{load_weights, Layer, Sink, Weights};
 
 /// Load-time choices.
 #[derive(Clone, Debug)]
@@ -330,7 +330,14 @@ impl Model {
 
     /// Teacher-forces `tokens` from the sequence's current length and calls `row(i, logits)` with
     /// the full logits after token `i` (needs `Options::all_logits`).
-    pub async fn score(&self, gpu: &Gpu, kv: &KvCache, seq: &mut Sequence, tokens: &[u32], mut row: impl FnMut(usize, &[f32])) -> Result<()> {
+    pub async fn score(
+        &self,
+        gpu: &Gpu,
+        kv: &KvCache,
+        seq: &mut Sequence,
+        tokens: &[u32],
+        mut row: impl FnMut(usize, &[f32]),
+    ) -> Result<()> {
         let mut done = 0;
         for chunk in tokens.chunks(self.opts.chunk) {
             self.forward(gpu, kv, seq, chunk, Logits::All).await?;

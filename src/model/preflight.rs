@@ -155,7 +155,10 @@ mod tests {
             (tiny_with(|m| drop(m.remove("tokenizer.ggml.merges"))), "tokenizer.ggml.merges"),
             (tiny_with(|m| drop(m.insert("tokenizer.chat_template".into(), Value::Str("{% for %}".into())))), "does not parse"),
             (tiny_with(|m| drop(m.insert("llama.block_count".into(), Value::U32(3)))), "blk.2.attn_norm.weight is missing"),
-            (tiny_with(|m| drop(m.insert("llama.feed_forward_length".into(), Value::U32(128)))), "blk.0.ffn_down.weight: shape [160, 96], expected [128, ·]"),
+            (
+                tiny_with(|m| drop(m.insert("llama.feed_forward_length".into(), Value::U32(128)))),
+                "blk.0.ffn_down.weight: shape [160, 96], expected [128, ·]",
+            ),
             (tiny_with(|m| drop(m.insert("llama.attention.head_count_kv".into(), Value::U32(4)))), "must divide"),
             (tiny_with(|m| drop(m.insert("llama.attention.head_count".into(), Value::U32(2)))), "RoPE over 16 of 48 dims"),
             (

@@ -64,6 +64,7 @@ pub struct FormatInfo {
 }
 
 /// Every format hotprefix runs, in [`Format`]'s order.
+#[rustfmt::skip] // a table: one row a format
 pub static FORMATS: [FormatInfo; 4] = [
     FormatInfo { name: "F32", ggml_type: 0, block: 1, gguf_bytes: 4, gpu_bytes: 4, shader_id: 0, lanes: false, repack: words, dequantize: f32_values, quantize: f32_bytes },
     FormatInfo { name: "F16", ggml_type: 1, block: 1, gguf_bytes: 2, gpu_bytes: 2, shader_id: 1, lanes: false, repack: words, dequantize: f16_values, quantize: f16_bytes },
@@ -210,9 +211,7 @@ fn gpu_words(format: Format, n: usize, k: usize) -> Result<usize> {
 
 /// Converts GGUF bytes of an `[n, k]` matrix into the GPU layout (see the module docs).
 pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result<Vec<u32>> {
-    let expect = n
-        .checked_mul(format.row_bytes(k)?)
-        .ok_or_else(|| Error::Weights(format!("[{n}, {k}] overflows")))?;
+    let expect = n.checked_mul(format.row_bytes(k)?).ok_or_else(|| Error::Weights(format!("[{n}, {k}] overflows")))?;
     if bytes.len() != expect {
         return Err(Error::Weights(format!("{} [{n}, {k}] needs {expect} bytes, got {}", format.name(), bytes.len())));
     }
@@ -363,6 +362,9 @@ mod tests {
         for i in &FORMATS {
             assert_eq!(lanes.contains(&format!("FMT_{}", i.name)), i.lanes, "matmul_lanes.wgsl and FORMATS disagree on {}", i.name);
         }
-        assert!(!src.contains("FORMAT >=") && !src.contains("FORMAT <") && !lanes.contains("FORMAT >="), "formats are compared by name, not by order");
+        assert!(
+            !src.contains("FORMAT >=") && !src.contains("FORMAT <") && !lanes.contains("FORMAT >="),
+            "formats are compared by name, not by order"
+        );
     }
 }

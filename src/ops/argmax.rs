@@ -18,7 +18,15 @@ pub fn argmax(b: &mut Batch, x: &wgpu::Buffer, out: &wgpu::Buffer, rows: usize, 
 
 /// Greedy decoding without the CPU: `ids[slot] = tokens[0] = argmax(x[0, :n])` and `pos[0] += 1`,
 /// so the next step (embedding `tokens[0]` at `pos[0]`) can be queued before this one is read.
-pub fn argmax_feed(b: &mut Batch, x: &wgpu::Buffer, n: usize, ids: &wgpu::Buffer, slot: usize, tokens: &wgpu::Buffer, pos: &wgpu::Buffer) -> Result<()> {
+pub fn argmax_feed(
+    b: &mut Batch,
+    x: &wgpu::Buffer,
+    n: usize,
+    ids: &wgpu::Buffer,
+    slot: usize,
+    tokens: &wgpu::Buffer,
+    pos: &wgpu::Buffer,
+) -> Result<()> {
     need("argmax", "x", x, n)?;
     need("argmax", "ids", ids, slot + 1)?;
     need("argmax", "tokens", tokens, 1)?;

@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Gpu, Kernel};
 
-use super::{groups_2d, need, u, Variant, KvPages};
+use super::{groups_2d, need, u, KvPages, Variant};
 
 static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
 static ATTENTION_COOP: Kernel = kernel!("attention", "coop", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
@@ -90,7 +90,18 @@ pub fn attention_scratch_bytes(t: usize, n_head: usize, head_dim: usize, ctx: us
 /// over a long context are split over positions (partials in `part`, then merged). `rope` is the
 /// `(cos, sin)` table `[max_pos, head_dim/2]` ([`AttnShape::fused`] uses it).
 #[allow(clippy::too_many_arguments)]
-pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buffer, table: &wgpu::Buffer, table_len: usize, kv: &KvPages, rope: &wgpu::Buffer, out: &wgpu::Buffer, part: &wgpu::Buffer) -> Result<()> {
+pub fn attention(
+    b: &mut Batch,
+    q: &wgpu::Buffer,
+    s: &AttnShape,
+    pos: &wgpu::Buffer,
+    table: &wgpu::Buffer,
+    table_len: usize,
+    kv: &KvPages,
+    rope: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    part: &wgpu::Buffer,
+) -> Result<()> {
     if !s.n_head.is_multiple_of(kv.n_kv) || !s.q_stride.is_multiple_of(4) || s.n_head * kv.head_dim > s.q_stride {
         return Err(Error::shape("attention", format!("{} query heads over {} KV heads, rows of {}", s.n_head, kv.n_kv, s.q_stride)));
     }
@@ -98,7 +109,10 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
         return Err(Error::shape("attention", "the RoPE table binding needs at least 16 bytes"));
     }
     if s.fused && (s.t != 1 || (s.n_head + 2 * kv.n_kv) * kv.head_dim > s.q_stride || (rope.size() as usize) < 4 * kv.head_dim) {
-        return Err(Error::shape("attention", format!("fused RoPE + KV write needs one token with Q|K|V rows ({} tokens, rows of {}) and a RoPE table", s.t, s.q_stride)));
+        return Err(Error::shape(
+            "attention",
+            format!("fused RoPE + KV write needs one token with Q|K|V rows ({} tokens, rows of {}) and a RoPE table", s.t, s.q_stride),
+        ));
     }
     need("attention", "q", q, s.t * s.q_stride)?;
     need("attention", "positions", pos, s.t)?;
@@ -149,14 +163,26 @@ pub fn attention(b: &mut Batch, q: &wgpu::Buffer, s: &AttnShape, pos: &wgpu::Buf
         }
     };
     let group = if !coop && ratio <= 8 && ratio * kv.head_dim / 4 <= 128 { ratio } else { 1 };
-    let params = [u(s.t), u(s.n_head), u(kv.n_kv), u(kv.head_dim), u(kv.page_size), u(s.q_stride), s.scale.to_bits(), u(table_len), u(splits), u(span)];
+    let params = [
+        u(s.t),
+        u(s.n_head),
+        u(kv.n_kv),
+        u(kv.head_dim),
+        u(kv.page_size),
+        u(s.q_stride),
+        s.scale.to_bits(),
+        u(table_len),
+        u(splits),
+        u(span),
+    ];
     let buffers = [q, pos, table, &kv.k, &kv.v, out, part, rope];
     if coop {
         b.dispatch(&ATTENTION_COOP, &[("FUSED", s.fused as u32 as f64)], &params, &buffers, groups_2d(b.gpu(), heads * splits))?;
     } else if let Some((lanes, quads)) = lanes {
         // `lanes` lanes per item, at least 8 lanes (one AVX2 vector) per workgroup.
         let wg = lanes * (8 / lanes).max(1);
-        let consts = [("FUSED", s.fused as u32 as f64), ("L", lanes as f64), ("QPL", quads as f64), ("SETS", lane_sets as f64), ("WG", wg as f64)];
+        let consts =
+            [("FUSED", s.fused as u32 as f64), ("L", lanes as f64), ("QPL", quads as f64), ("SETS", lane_sets as f64), ("WG", wg as f64)];
         let items = kv.n_kv * lane_chunks * splits;
         b.dispatch(&ATTENTION_LANES, &consts, &params, &buffers, groups_2d(b.gpu(), items.div_ceil(wg / lanes)))?;
     } else {

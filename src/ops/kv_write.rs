@@ -20,9 +20,21 @@ pub struct KvSource {
 }
 
 /// Writes `t` tokens' K and V (f32, from `src`) into `kv` at positions `pos` via `table`.
-pub fn kv_write(b: &mut Batch, src: &wgpu::Buffer, s: &KvSource, pos: &wgpu::Buffer, table: &wgpu::Buffer, table_len: usize, kv: &KvPages) -> Result<()> {
+pub fn kv_write(
+    b: &mut Batch,
+    src: &wgpu::Buffer,
+    s: &KvSource,
+    pos: &wgpu::Buffer,
+    table: &wgpu::Buffer,
+    table_len: usize,
+    kv: &KvPages,
+) -> Result<()> {
     let width = kv.n_kv * kv.head_dim;
-    if !s.row_stride.is_multiple_of(2) || !s.k_off.is_multiple_of(2) || !s.v_off.is_multiple_of(2) || s.k_off.max(s.v_off) + width > s.row_stride {
+    if !s.row_stride.is_multiple_of(2)
+        || !s.k_off.is_multiple_of(2)
+        || !s.v_off.is_multiple_of(2)
+        || s.k_off.max(s.v_off) + width > s.row_stride
+    {
         return Err(Error::shape("kv_write", format!("K at {} and V at {} ({width} wide) in rows of {}", s.k_off, s.v_off, s.row_stride)));
     }
     need("kv_write", "src", src, s.t * s.row_stride)?;

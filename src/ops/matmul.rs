@@ -51,7 +51,14 @@ impl Weight {
 
     /// [`Self::upload`] that frees `gguf_bytes` (when owned) once converted, before the upload:
     /// a model load holds one tensor's file bytes or its GPU layout at a time, not both.
-    pub async fn upload_owned(gpu: &Gpu, name: &str, format: Format, gguf_bytes: std::borrow::Cow<'_, [u8]>, n: usize, k: usize) -> Result<Weight> {
+    pub async fn upload_owned(
+        gpu: &Gpu,
+        name: &str,
+        format: Format,
+        gguf_bytes: std::borrow::Cow<'_, [u8]>,
+        n: usize,
+        k: usize,
+    ) -> Result<Weight> {
         let words = gpu_layout(name, format, &gguf_bytes, n, k)?;
         drop(gguf_bytes);
         let buf = gpu.upload(name, &words).await?;
@@ -89,7 +96,16 @@ pub fn matmul_acc(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer,
 }
 
 #[allow(clippy::too_many_arguments)]
-fn matmul_into(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, tiled: bool, kind: Variant) -> Result<()> {
+fn matmul_into(
+    b: &mut Batch,
+    x: &wgpu::Buffer,
+    w: &Weight,
+    y: &wgpu::Buffer,
+    t: usize,
+    acc: bool,
+    tiled: bool,
+    kind: Variant,
+) -> Result<()> {
     need("matmul", "x", x, t * w.k)?;
     need("matmul", "y", y, t * w.n)?;
     if !tiled {
@@ -121,12 +137,31 @@ pub enum XLoad<'a> {
 /// `y[0, n] (+)= xl(x[x_row, :]) · Wᵀ`: one token's projection on the matrix-vector kernel `kind`,
 /// with the op before it fused into the x-load.
 #[allow(clippy::too_many_arguments)]
-pub fn matvec(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, acc: bool, kind: Variant) -> Result<()> {
+pub fn matvec(
+    b: &mut Batch,
+    x: &wgpu::Buffer,
+    x_row: usize,
+    xl: XLoad,
+    w: &Weight,
+    y: &wgpu::Buffer,
+    acc: bool,
+    kind: Variant,
+) -> Result<()> {
     matvec_rows(b, x, x_row, xl, w, y, 1, acc, kind)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: Variant) -> Result<()> {
+fn matvec_rows(
+    b: &mut Batch,
+    x: &wgpu::Buffer,
+    x_row: usize,
+    xl: XLoad,
+    w: &Weight,
+    y: &wgpu::Buffer,
+    t: usize,
+    acc: bool,
+    kind: Variant,
+) -> Result<()> {
     let width = if matches!(xl, XLoad::SwiGlu) { 2 * w.k } else { w.k };
     need("matvec", "x", x, (x_row + t) * width)?;
     need("matvec", "y", y, t * w.n)?;
@@ -139,7 +174,8 @@ fn matvec_rows(b: &mut Batch, x: &wgpu::Buffer, x_row: usize, xl: XLoad, w: &Wei
         XLoad::SwiGlu => (2, &w.buf, 0.0),
     };
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), u(x_row * width / 4), f32::to_bits(eps)];
-    let consts = [("FORMAT", w.format.shader_id()), ("BLOCK", w.format.block() as f64), ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
+    let consts =
+        [("FORMAT", w.format.shader_id()), ("BLOCK", w.format.block() as f64), ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
     match kind {
         Variant::Rows | Variant::Lanes => {
             // As many rows per invocation as leave enough workgroups to keep every core busy.

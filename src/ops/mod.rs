@@ -9,7 +9,6 @@
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 
-
 macro_rules! kernel {
     ($name:literal, $entry:literal, [$($b:expr),*]) => {
         Kernel { name: $name, source: include_str!(concat!("../../shaders/", $name, ".wgsl")), entry: $entry, bindings: &[$($b),*] }
@@ -32,8 +31,8 @@ pub use attention::{attention, attention_scratch_bytes, AttnShape, Split, ATTN_S
 pub use embed::embed;
 pub use kv_copy::kv_copy;
 pub use kv_write::{kv_write, KvSource};
-pub use matmul::{matmul, matmul_acc, matmul_exact, matvec, Weight, XLoad};
 pub(crate) use matmul::gpu_layout;
+pub use matmul::{matmul, matmul_acc, matmul_exact, matvec, Weight, XLoad};
 pub use rmsnorm::rmsnorm;
 pub use rope::{rope, rope_table, RopeShape};
 pub use swiglu::swiglu;
@@ -60,20 +59,19 @@ impl KvPages {
     /// Allocates `pages` pages of `page_size` positions of `n_kv` heads of `head_dim`.
     pub async fn new(gpu: &Gpu, pages: usize, page_size: usize, n_kv: usize, head_dim: usize) -> Result<KvPages> {
         if !head_dim.is_multiple_of(4) || head_dim > 128 || page_size == 0 || n_kv == 0 {
-            return Err(Error::shape("kv pages", format!("head_dim {head_dim} (multiple of 4, ≤ 128), page size {page_size}, {n_kv} KV heads")));
+            return Err(Error::shape(
+                "kv pages",
+                format!("head_dim {head_dim} (multiple of 4, ≤ 128), page size {page_size}, {n_kv} KV heads"),
+            ));
         }
-        let bytes = [pages, n_kv, page_size, head_dim, 2]
-            .iter()
-            .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
-            .ok_or_else(|| Error::TooLarge { what: format!("KV pages ({pages} pages of {page_size} tokens)"), bytes: u64::MAX, limit: gpu.limits.max_buffer_size })?;
-        Ok(KvPages {
-            k: gpu.storage("k pages", bytes).await?,
-            v: gpu.storage("v pages", bytes).await?,
-            pages,
-            page_size,
-            n_kv,
-            head_dim,
-        })
+        let bytes = [pages, n_kv, page_size, head_dim, 2].iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64)).ok_or_else(|| {
+            Error::TooLarge {
+                what: format!("KV pages ({pages} pages of {page_size} tokens)"),
+                bytes: u64::MAX,
+                limit: gpu.limits.max_buffer_size,
+            }
+        })?;
+        Ok(KvPages { k: gpu.storage("k pages", bytes).await?, v: gpu.storage("v pages", bytes).await?, pages, page_size, n_kv, head_dim })
     }
 }
 

@@ -87,13 +87,22 @@ pub struct Top {
     pub vocab: usize,
 }
 
-
 /// What a temperature sampler needs of the `n` logits in `x` (one row), into `out`
 /// ([`TopkLayout::words`] long): every logit at or above the `k`-th largest (up to `cap` of
 /// them, and how many there are), the row's largest logit, `Σ exp((x - max) · inv_t)`, and the
 /// logits of the first `window` ids in `win`, laid out as [`TopkLayout`] says.
 #[allow(clippy::too_many_arguments)]
-pub fn topk(b: &mut Batch, x: &wgpu::Buffer, n: usize, k: usize, cap: usize, inv_t: f32, win: &wgpu::Buffer, window: usize, out: &wgpu::Buffer) -> Result<()> {
+pub fn topk(
+    b: &mut Batch,
+    x: &wgpu::Buffer,
+    n: usize,
+    k: usize,
+    cap: usize,
+    inv_t: f32,
+    win: &wgpu::Buffer,
+    window: usize,
+    out: &wgpu::Buffer,
+) -> Result<()> {
     need("topk", "x", x, n)?;
     need("topk", "window", win, window.max(1))?;
     need("topk", "out", out, TopkLayout { cap, window }.words())?;

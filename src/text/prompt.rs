@@ -50,7 +50,12 @@ impl Prompter<'_> {
         let marked: Vec<Message> = messages
             .iter()
             .enumerate()
-            .map(|(i, m)| Message { role: m.role.clone(), content: marker(CONTENT, i), name: m.name.as_ref().map(|_| marker(NAME, i)), pinned: false })
+            .map(|(i, m)| Message {
+                role: m.role.clone(),
+                content: marker(CONTENT, i),
+                name: m.name.as_ref().map(|_| marker(NAME, i)),
+                pinned: false,
+            })
             .collect();
         let rendered = template.render(&marked, true)?;
         let mut ids = Vec::new();
@@ -62,7 +67,11 @@ impl Prompter<'_> {
             let kind = rest[at..].chars().next().unwrap_or(CONTENT);
             let tail = &rest[at + kind.len_utf8()..];
             let end = tail.find(END).ok_or_else(|| Error::Template("the chat template cut a message's field short".into()))?;
-            let i: usize = tail[..end].parse().ok().filter(|&i| i < messages.len()).ok_or_else(|| Error::Template("the chat template altered a message's field".into()))?;
+            let i: usize = tail[..end]
+                .parse()
+                .ok()
+                .filter(|&i| i < messages.len())
+                .ok_or_else(|| Error::Template("the chat template altered a message's field".into()))?;
             let start = ids.len();
             if kind == CONTENT {
                 ids.extend(self.tokenizer.encode_text(&messages[i].content)?);
@@ -75,7 +84,9 @@ impl Prompter<'_> {
         }
         ids.extend(self.tokenizer.encode_with_special(rest)?);
         if let Some(i) = (0..messages.len()).find(|&i| messages[i].name.is_some() && !named[i]) {
-            return Err(Error::InvalidArgument(format!("messages[{i}].name: this model's chat template does not use names, so it would be lost")));
+            return Err(Error::InvalidArgument(format!(
+                "messages[{i}].name: this model's chat template does not use names, so it would be lost"
+            )));
         }
         let mut contents = contents
             .into_iter()
@@ -148,5 +159,4 @@ impl Prompter<'_> {
         };
         DivergedAt { token: d.token, message, role, char, resident, new }
     }
-
 }

@@ -260,7 +260,8 @@ mod tests {
         assert!(took < std::time::Duration::from_millis(1500), "{took:?}");
         // A macro costs about 5 levels: 30 nested calls render, 40 do not (minijinja's default
         // limit of 500 would allow about 90).
-        let depth = |n: usize| format!("{{% macro f(n) %}}{{% if n > 0 %}}{{{{ f(n - 1) }}}}{{% endif %}}{{% endmacro %}}{{{{ f({n}) }}}}.");
+        let depth =
+            |n: usize| format!("{{% macro f(n) %}}{{% if n > 0 %}}{{{{ f(n - 1) }}}}{{% endif %}}{{% endmacro %}}{{{{ f({n}) }}}}.");
         assert_eq!(ChatTemplate::new(&depth(30), "", "").unwrap().render(&[], false).unwrap(), ".");
         let (m, _) = render_hostile(&depth(40));
         assert!(m.contains("recursion limit"), "{m}");

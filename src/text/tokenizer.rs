@@ -287,7 +287,6 @@ impl Tokenizer {
     pub fn is_control(&self, id: u32) -> bool {
         self.types.get(id as usize).is_some_and(|&t| t as u64 == TYPE_CONTROL)
     }
-
 }
 
 /// Turns generated ids into text as they arrive, emitting only complete UTF-8 characters.

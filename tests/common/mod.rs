@@ -16,7 +16,9 @@ pub fn model_bytes() -> Vec<u8> {
     let path = root().join(MODEL);
     match std::fs::read(&path) {
         Ok(b) => b,
-        Err(e) => panic!("missing test data: cannot read {} ({e}); run scripts/fetch-model.sh to download the default model", path.display()),
+        Err(e) => {
+            panic!("missing test data: cannot read {} ({e}); run scripts/fetch-model.sh to download the default model", path.display())
+        }
     }
 }
 
@@ -25,7 +27,10 @@ pub fn reference(name: &str) -> serde_json::Value {
     let path = root().join("tests/data/reference").join(name);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) => panic!("missing test data: cannot read {} ({e}); it is part of the repository (see tests/data/reference/README.md)", path.display()),
+        Err(e) => panic!(
+            "missing test data: cannot read {} ({e}); it is part of the repository (see tests/data/reference/README.md)",
+            path.display()
+        ),
     };
     match serde_json::from_str(&text) {
         Ok(v) => v,

@@ -34,8 +34,8 @@ macro_rules! gpu_test {
 pub async fn gpu() -> hotprefix::gpu::Gpu {
     match hotprefix::gpu::Gpu::new().await {
         Ok(g) => g,
-        Err(e) => panic!(
-            "GPU tests need an adapter (natively Mesa lavapipe: bash scripts/setup.sh; in Chromium: --enable-unsafe-webgpu): {e}"
-        ),
+        Err(e) => {
+            panic!("GPU tests need an adapter (natively Mesa lavapipe: bash scripts/setup.sh; in Chromium: --enable-unsafe-webgpu): {e}")
+        }
     }
 }

@@ -216,7 +216,14 @@ impl PrefixIndex {
         let root = match self.roots.get(salt) {
             Some(&r) => r,
             None => {
-                let r = self.add(Node { parent: None, tokens: Vec::new(), page: u32::MAX, children: Vec::new(), last_use: tick, salt: salt.to_string() });
+                let r = self.add(Node {
+                    parent: None,
+                    tokens: Vec::new(),
+                    page: u32::MAX,
+                    children: Vec::new(),
+                    last_use: tick,
+                    salt: salt.to_string(),
+                });
                 self.roots.insert(salt.to_string(), r);
                 r
             }
@@ -235,7 +242,8 @@ impl PrefixIndex {
             if chunk.len() < ps {
                 // A partial page already covered by a sibling (full or longer partial) adds nothing.
                 // The most recently used one, as a lookup would pick it.
-                let cover = children.iter().copied().filter(|&c| self.node(c).tokens.starts_with(chunk)).max_by_key(|&c| self.node(c).last_use);
+                let cover =
+                    children.iter().copied().filter(|&c| self.node(c).tokens.starts_with(chunk)).max_by_key(|&c| self.node(c).last_use);
                 if let Some(cover) = cover {
                     self.node_mut(cover).last_use = tick;
                     return Ok(());
@@ -249,7 +257,14 @@ impl PrefixIndex {
                 }
             }
             pool.retain(page)?;
-            let id = self.add(Node { parent: Some(at), tokens: chunk.to_vec(), page, children: Vec::new(), last_use: tick, salt: String::new() });
+            let id = self.add(Node {
+                parent: Some(at),
+                tokens: chunk.to_vec(),
+                page,
+                children: Vec::new(),
+                last_use: tick,
+                salt: String::new(),
+            });
             self.node_mut(at).children.push(id);
             at = id;
         }
@@ -274,7 +289,13 @@ impl PrefixIndex {
     fn remove_leaf(&mut self, pool: &mut PagePool, id: NodeId) -> Result<()> {
         match self.nodes.get(id) {
             Some(Some(n)) if n.parent.is_some() && n.children.is_empty() => {}
-            Some(Some(n)) => return Err(Error::CacheCorrupt(format!("prefix node {id} removed as a leaf with {} children (root: {})", n.children.len(), n.parent.is_none()))),
+            Some(Some(n)) => {
+                return Err(Error::CacheCorrupt(format!(
+                    "prefix node {id} removed as a leaf with {} children (root: {})",
+                    n.children.len(),
+                    n.parent.is_none()
+                )))
+            }
             _ => return Err(Error::CacheCorrupt(format!("prefix node {id} removed twice"))),
         }
         let node = self.nodes[id].take().ok_or_else(|| Error::CacheCorrupt(format!("prefix node {id} removed twice")))?;

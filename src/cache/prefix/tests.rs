@@ -72,7 +72,7 @@ fn eviction_is_leaf_first_lru_and_spares_held_pages() {
     }
     assert_eq!(idx.pages(), 3, "the shared first page is indexed once");
     idx.lookup("", &b); // b is now the most recent
-    // A running sequence holds a's pages: they cannot go.
+                        // A running sequence holds a's pages: they cannot go.
     let m = idx.lookup("", &a);
     for &p in &m.full_pages {
         pool.retain(p).unwrap();
@@ -133,7 +133,11 @@ struct Reference {
 impl Reference {
     /// Keys of `salt` one page below the prefix `tokens[..s]` (the tree's children there).
     fn children(&self, salt: &str, tokens: &[u32], s: usize) -> Vec<Vec<u32>> {
-        self.keys.keys().filter(|(k_salt, k)| k_salt == salt && k.len() > s && k.len() <= s + PS && k[..s] == tokens[..s]).map(|(_, k)| k.clone()).collect()
+        self.keys
+            .keys()
+            .filter(|(k_salt, k)| k_salt == salt && k.len() > s && k.len() <= s + PS && k[..s] == tokens[..s])
+            .map(|(_, k)| k.clone())
+            .collect()
     }
 
     fn last_use(&self, salt: &str, k: &[u32]) -> u64 {
@@ -192,7 +196,8 @@ impl Reference {
             }
             _ => f,
         };
-        let diverges = prompt.len() > matched && self.keys.keys().any(|(k_salt, k)| k_salt == salt && k.len() > matched && lcp(k, prompt) == matched);
+        let diverges =
+            prompt.len() > matched && self.keys.keys().any(|(k_salt, k)| k_salt == salt && k.len() > matched && lcp(k, prompt) == matched);
         (matched, diverges)
     }
 
@@ -219,7 +224,8 @@ impl Reference {
 
     /// The resident sequences (the leaves), most recently used first.
     fn leaves(&self) -> Vec<(String, Vec<u32>)> {
-        let mut out: Vec<(u64, String, Vec<u32>)> = self.keys.iter().filter(|((salt, k), _)| self.is_leaf(salt, k)).map(|((s, k), &t)| (t, s.clone(), k.clone())).collect();
+        let mut out: Vec<(u64, String, Vec<u32>)> =
+            self.keys.iter().filter(|((salt, k), _)| self.is_leaf(salt, k)).map(|((s, k), &t)| (t, s.clone(), k.clone())).collect();
         out.sort_by(|a, b| b.0.cmp(&a.0));
         out.into_iter().map(|(_, s, k)| (s, k)).collect()
     }
@@ -292,7 +298,12 @@ fn checked_lookup(idx: &mut PrefixIndex, reference: &mut Reference, labels: &Lab
     if let Some(d) = &m.divergence {
         assert_eq!(d.token, matched, "{step}");
         assert!(!d.resident.is_empty() && d.resident[0] != prompt[matched], "{step}: {d:?}");
-        let spelled = reference.keys.keys().any(|(s, k)| s == salt && k.len() >= matched + d.resident.len() && k[..matched] == prompt[..matched] && k[matched..matched + d.resident.len()] == d.resident[..]);
+        let spelled = reference.keys.keys().any(|(s, k)| {
+            s == salt
+                && k.len() >= matched + d.resident.len()
+                && k[..matched] == prompt[..matched]
+                && k[matched..matched + d.resident.len()] == d.resident[..]
+        });
         assert!(spelled, "{step}: the resident tail {:?} is no resident sequence's", d.resident);
     }
     m
@@ -301,7 +312,16 @@ fn checked_lookup(idx: &mut PrefixIndex, reference: &mut Reference, labels: &Lab
 /// One request as the engine runs it: look up, share the matched full pages (possibly fewer,
 /// as a request that must recompute its last token does), fresh pages for the rest, index,
 /// end.
-fn request(idx: &mut PrefixIndex, pool: &mut PagePool, reference: &mut Reference, labels: &mut Labels, salt: &str, tokens: &[u32], limit: bool, step: &str) {
+fn request(
+    idx: &mut PrefixIndex,
+    pool: &mut PagePool,
+    reference: &mut Reference,
+    labels: &mut Labels,
+    salt: &str,
+    tokens: &[u32],
+    limit: bool,
+    step: &str,
+) {
     let mut m = checked_lookup(idx, reference, labels, salt, tokens, step);
     if limit && !tokens.is_empty() {
         m.limit(tokens.len() - 1, PS);

@@ -3,10 +3,10 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Batch, Gpu};
-use crate::ops::{self, AttnShape, KvPages, KvSource, Variant, RopeShape, Split, Weight, XLoad};
+use crate::ops::{self, AttnShape, KvPages, KvSource, RopeShape, Split, Variant, Weight, XLoad};
 use crate::oracle;
-use crate::rng::Rng;
 use crate::quant::{self, Format};
+use crate::rng::Rng;
 
 use super::{compare, execute, ops_once, Check, Fused, Report};
 
@@ -45,7 +45,11 @@ impl Check {
                 ops_once(gpu, |b| ops::matvec(b, &xb, x_row, xl, &w, &yb, acc, kind)).await?;
                 let got = gpu.read_f32(&yb, n).await?;
                 let max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 3e-5 * (mag[i] + if acc { y0[i].abs() } else { 0.0 }))?;
-                let ms = if reps > 0 && !acc { execute(gpu, reps, |b| ops::matvec(b, &xb, x_row, xl, &w, &yb, false, kind)).await? } else { None };
+                let ms = if reps > 0 && !acc {
+                    execute(gpu, reps, |b| ops::matvec(b, &xb, x_row, xl, &w, &yb, false, kind)).await?
+                } else {
+                    None
+                };
                 Ok(Report::timed(name, max_err, ms, w.buf.size() as f64, "GB/s"))
             }
             Check::RmsNorm { rows, dim } => {
@@ -141,7 +145,11 @@ impl Check {
                 let (want, sum) = oracle::topk(&x, k, cap, inv_t, &win);
                 let (g, c) = (layout.parse(&got, n)?, layout.parse(&want, n)?);
                 if (g.count, g.threshold, g.max.to_bits()) != (c.count, c.threshold, c.max.to_bits()) {
-                    return Err(Error::Mismatch(format!("{name}: count, threshold, max = {:?} (GPU) vs {:?} (CPU)", (g.count, g.threshold, g.max), (c.count, c.threshold, c.max))));
+                    return Err(Error::Mismatch(format!(
+                        "{name}: count, threshold, max = {:?} (GPU) vs {:?} (CPU)",
+                        (g.count, g.threshold, g.max),
+                        (c.count, c.threshold, c.max)
+                    )));
                 }
                 let gsum = g.sum;
                 let err = ((gsum - sum) / sum).abs() as f32;
@@ -156,10 +164,16 @@ impl Check {
                 let (gp, wp) = (pairs(&g), pairs(&c));
                 let full = c.count <= cap;
                 // With more ties than slots the kernel keeps whichever came first: any of them.
-                let valid = |&(id, bits): &(u32, u32)| (id as usize) < n && x[id as usize].to_bits() == bits && crate::sample::order_key(x[id as usize]) >= c.threshold;
+                let valid = |&(id, bits): &(u32, u32)| {
+                    (id as usize) < n && x[id as usize].to_bits() == bits && crate::sample::order_key(x[id as usize]) >= c.threshold
+                };
                 let distinct = gp.windows(2).all(|w| w[0].0 != w[1].0);
                 if (full && gp != wp) || !gp.iter().all(valid) || !distinct {
-                    return Err(Error::Mismatch(format!("{name}: candidates {:?}… (GPU) vs {:?}… (CPU)", &gp[..gp.len().min(6)], &wp[..wp.len().min(6)])));
+                    return Err(Error::Mismatch(format!(
+                        "{name}: candidates {:?}… (GPU) vs {:?}… (CPU)",
+                        &gp[..gp.len().min(6)],
+                        &wp[..wp.len().min(6)]
+                    )));
                 }
                 let bits = |t: &ops::Top| t.window.iter().map(|l| l.to_bits()).collect::<Vec<u32>>();
                 if bits(&g) != bits(&c) {
@@ -179,7 +193,9 @@ impl Check {
                 want[slot] = best;
                 let (ids, token, pos) = (gpu.read_u32(&ib, slot + 2).await?, gpu.read_u32(&tb, 1).await?, gpu.read_u32(&pb, 1).await?);
                 if ids != want || token != [best] || pos != [42] {
-                    return Err(Error::Mismatch(format!("{name}: ids {ids:?} token {token:?} pos {pos:?}; want ids {want:?} token {best} pos 42")));
+                    return Err(Error::Mismatch(format!(
+                        "{name}: ids {ids:?} token {token:?} pos {pos:?}; want ids {want:?} token {best} pos 42"
+                    )));
                 }
                 Ok(Report { name, max_err: 0.0, ms: None, rate: None })
             }
@@ -390,7 +406,9 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
             for g in 0..n_kv {
                 let base = ((table[past / page] as usize * n_kv + g) * page + past % page) * hd;
                 let want = &vals[(past * n_kv + g) * hd..][..hd];
-                compare(&name, &format!("{what} page of the new token, head {g} ({kind:?})"), &all[base..base + hd], want, |i| 1e-3 * want[i].abs())?;
+                compare(&name, &format!("{what} page of the new token, head {g} ({kind:?})"), &all[base..base + hd], want, |i| {
+                    1e-3 * want[i].abs()
+                })?;
             }
         }
         if kind == Variant::for_adapter(gpu) {

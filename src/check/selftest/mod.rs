@@ -6,8 +6,8 @@
 use crate::error::{Error, Result};
 use crate::gpu::{now_ms, Batch, Gpu};
 use crate::ops::{self, Variant, Weight};
-use crate::rng::Rng;
 use crate::quant::{self, Format};
+use crate::rng::Rng;
 
 mod kernels;
 
@@ -201,19 +201,25 @@ impl Check {
                 format!("matvec {kind:?} {} K={k} N={n} x_row={x_row} fused={op:?}{}", format.name(), if *acc { " +=" } else { "" })
             }
             Check::RmsNorm { rows, dim } => format!("rmsnorm rows={rows} dim={dim}"),
-            Check::Rope { t, heads, extra_heads, head_dim, max_pos } => format!("rope T={t} heads={heads}+{extra_heads} hd={head_dim} max_pos={max_pos}"),
+            Check::Rope { t, heads, extra_heads, head_dim, max_pos } => {
+                format!("rope T={t} heads={heads}+{extra_heads} hd={head_dim} max_pos={max_pos}")
+            }
             Check::SwiGlu { t, f } => format!("swiglu T={t} F={f}"),
             Check::Embed { t, vocab, dim } => format!("embed Q8_0 T={t} vocab={vocab} dim={dim}"),
             Check::Argmax { rows, n } => format!("argmax rows={rows} n={n}"),
             Check::ArgmaxFeed { n, slot } => format!("argmax feed n={n} slot={slot}"),
-            Check::TopK { n, k, cap, window, flat } => format!("topk n={n} k={k} cap={cap} window={window}{}", if *flat { " flat" } else { "" }),
+            Check::TopK { n, k, cap, window, flat } => {
+                format!("topk n={n} k={k} cap={cap} window={window}{}", if *flat { " flat" } else { "" })
+            }
             Check::DecodeAttention { past, n_head, n_kv, head_dim, page, pool } => {
                 format!("rope+kv_write+attention (fused) past={past} heads={n_head}/{n_kv} hd={head_dim} page={page} pool={pool}")
             }
             Check::Attention { past, t, n_head, n_kv, head_dim, page, pool } => {
                 format!("kv_write+attention past={past} T={t} heads={n_head}/{n_kv} hd={head_dim} page={page} pool={pool}")
             }
-            Check::KvCopy { pages, page, n_kv, head_dim, n } => format!("kv_copy pages={pages} page={page} n_kv={n_kv} hd={head_dim} n={n}"),
+            Check::KvCopy { pages, page, n_kv, head_dim, n } => {
+                format!("kv_copy pages={pages} page={page} n_kv={n_kv} hd={head_dim} n={n}")
+            }
         }
     }
 
@@ -253,7 +259,6 @@ impl Check {
         ]);
         v
     }
-
 }
 
 impl Report {
@@ -296,10 +301,7 @@ pub(crate) fn compare(check: &str, what: &str, got: &[f32], want: &[f32], tol: i
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let d = (g - w).abs();
         if d.is_nan() || d > tol(i) {
-            return Err(Error::Mismatch(format!(
-                "{check}: {what}[{i}] = {g} (GPU) vs {w} (CPU), |diff| {d:e} > tolerance {:e}",
-                tol(i)
-            )));
+            return Err(Error::Mismatch(format!("{check}: {what}[{i}] = {g} (GPU) vs {w} (CPU), |diff| {d:e} > tolerance {:e}", tol(i))));
         }
         max_err = max_err.max(d);
     }

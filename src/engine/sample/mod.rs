@@ -60,7 +60,16 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, repetition_penalty: 1.0, repeat_last_n: 64, frequency_penalty: 0.0, presence_penalty: 0.0, seed: 0 }
+        SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            repetition_penalty: 1.0,
+            repeat_last_n: 64,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            seed: 0,
+        }
     }
 }
 
@@ -426,9 +435,9 @@ impl Sampler {
         self.penalty_window(recent);
         let vocab = logits.len();
         for (i, &t) in self.window.iter().enumerate() {
-            let l = logits.get_mut(t as usize).ok_or_else(|| {
-                Error::InvalidArgument(format!("sample: recent token {t} is past the vocabulary ({vocab} logits)"))
-            })?;
+            let l = logits
+                .get_mut(t as usize)
+                .ok_or_else(|| Error::InvalidArgument(format!("sample: recent token {t} is past the vocabulary ({vocab} logits)")))?;
             *l = self.penalties[i].apply(&self.params, *l);
         }
         Ok(())
@@ -447,7 +456,11 @@ enum View<'a> {
 /// all `-inf` row uniform.
 fn weight(l: f32, best: f32, inv_t: f64) -> f64 {
     if best == f32::INFINITY {
-        if l == f32::INFINITY { 1.0 } else { 0.0 }
+        if l == f32::INFINITY {
+            1.0
+        } else {
+            0.0
+        }
     } else if best == f32::NEG_INFINITY {
         1.0
     } else {
@@ -477,10 +490,13 @@ fn nucleus(cands: &[Cand], target: f64) -> Option<usize> {
 /// Weighs ranked candidates relative to the first (the largest); returns the sum.
 fn weigh(cands: &mut [Cand], inv_t: f64) -> f64 {
     let best = cands.first().map_or(0.0, |c| c.logit);
-    cands.iter_mut().map(|c| {
-        c.w = weight(c.logit, best, inv_t);
-        c.w
-    }).sum()
+    cands
+        .iter_mut()
+        .map(|c| {
+            c.w = weight(c.logit, best, inv_t);
+            c.w
+        })
+        .sum()
 }
 
 /// `cands` = the `k` best non-NaN logits ranked (all of them for 0); returns how many non-NaN
@@ -499,4 +515,3 @@ fn fill_ranked(cands: &mut Vec<Cand>, logits: &[f32], k: usize) -> Result<usize>
     cands.sort_unstable_by(by_rank);
     Ok(n)
 }
-

@@ -29,4 +29,3 @@ impl Rng {
         (self.next_u64() % n as u64) as usize
     }
 }
-

@@ -121,7 +121,7 @@ fn frequencies_match_softmax() {
 fn top_k_and_top_p_renormalize() {
     let logits = [1.0f32, 2.0, 0.5, -1.0];
     let p = softmax(&logits, 1.0); // ≈ [0.23, 0.63, 0.14, 0.03]
-    // top_k 2 keeps tokens 1 and 0.
+                                   // top_k 2 keeps tokens 1 and 0.
     let got = freqs(SamplingParams { top_k: 2, seed: 5, ..params(1.0) }, &logits, &[], 20_000);
     let z = p[0] + p[1];
     assert_close(&got, &[p[0] / z, p[1] / z, 0.0, 0.0], 0.015);
@@ -157,8 +157,7 @@ fn candidate_sets_match_brute_force() {
         let mut got: Vec<u32> = s.cands.iter().map(|c| c.id).collect();
         got.sort_unstable();
 
-        let mut all: Vec<(f32, u32)> =
-            logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (l, i as u32)).collect();
+        let mut all: Vec<(f32, u32)> = logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (l, i as u32)).collect();
         all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         if k > 0 {
             all.truncate(k);

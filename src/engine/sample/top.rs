@@ -30,7 +30,12 @@ impl Sampler {
     }
 
     fn sample_top_with(&mut self, top: &Top, window: &[u32], t: f32) -> Result<Option<u32>> {
-        if top.cands.is_empty() || top.count > TOP_CAP || top.count != top.cands.len() || window.len() != top.window.len() || window.len() > TOP_WINDOW {
+        if top.cands.is_empty()
+            || top.count > TOP_CAP
+            || top.count != top.cands.len()
+            || window.len() != top.window.len()
+            || window.len() > TOP_WINDOW
+        {
             return Ok(None);
         }
         if top.cands.iter().any(|&(id, _)| id as usize >= top.vocab) || window.iter().any(|&id| id as usize >= top.vocab) {
@@ -83,7 +88,6 @@ impl Sampler {
         }
         self.draw(&View::Top { best, total })
     }
-
 }
 
 /// An unsigned key ordered as the floats are (`-0` just below `+0`); 0 for NaN. The `topk`
@@ -93,12 +97,20 @@ pub fn order_key(v: f32) -> u32 {
         return 0;
     }
     let b = v.to_bits();
-    if b & 0x8000_0000 != 0 { !b } else { b | 0x8000_0000 }
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
 }
 
 /// The float of an [`order_key`].
 pub fn order_value(k: u32) -> f32 {
-    if k & 0x8000_0000 != 0 { f32::from_bits(k & 0x7fff_ffff) } else { f32::from_bits(!k) }
+    if k & 0x8000_0000 != 0 {
+        f32::from_bits(k & 0x7fff_ffff)
+    } else {
+        f32::from_bits(!k)
+    }
 }
 
 /// The `k`-th largest order key of the row (1 when it has fewer non-NaN logits), as the `topk`
