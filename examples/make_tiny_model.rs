@@ -22,7 +22,7 @@ fn main() {
         std::process::exit(2);
     };
     let bytes = testmodel::tiny_gguf_shaped(1, shape);
-    if let Err(e) = std::fs::write(&path, &bytes) {
+    if let Err(e) = std::fs::write(path, &bytes) {
         eprintln!("{path}: {e}");
         std::process::exit(1);
     }

@@ -38,6 +38,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+# The lint stage of scripts/test.sh.
+for c in rustfmt clippy; do
+  rustup component list --installed | grep -q "^$c" || rustup component add "$c"
+done
 
 # wasm-bindgen-cli must equal the wasm-bindgen crate version in Cargo.lock.
 [ -f Cargo.lock ] || cargo generate-lockfile

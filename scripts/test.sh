@@ -19,6 +19,12 @@ stage "set-up: scripts/setup.sh, scripts/fetch-model.sh"
 bash scripts/setup.sh
 bash scripts/fetch-model.sh
 
+stage "lint: cargo fmt --check (rustfmt.toml), cargo clippy -D warnings (native, and the library for wasm32)"
+cargo fmt --all --check
+cargo fmt --manifest-path fuzz/Cargo.toml --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --lib --target wasm32-unknown-unknown -- -D warnings
+
 stage "native tests: cargo test --workspace --release (the llama.cpp agreement test scores ~2,700 tokens)"
 cargo test --workspace --release
 

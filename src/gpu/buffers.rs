@@ -1,5 +1,6 @@
-//! Buffers: storage buffers created inside error scopes (out-of-memory is a typed error), queued
-//! writes, and readback through one reused staging buffer.
+//! **Unstable** (no semver promise): the kernel layer's raw buffers. Storage buffers created inside
+//! error scopes (out-of-memory is a typed error), queued writes, and readback through one reused
+//! staging buffer.
 
 use crate::error::{Error, Result};
 

@@ -226,7 +226,7 @@ impl Reference {
     fn leaves(&self) -> Vec<(String, Vec<u32>)> {
         let mut out: Vec<(u64, String, Vec<u32>)> =
             self.keys.iter().filter(|((salt, k), _)| self.is_leaf(salt, k)).map(|((s, k), &t)| (t, s.clone(), k.clone())).collect();
-        out.sort_by(|a, b| b.0.cmp(&a.0));
+        out.sort_by_key(|e| std::cmp::Reverse(e.0));
         out.into_iter().map(|(_, s, k)| (s, k)).collect()
     }
 }
@@ -312,6 +312,7 @@ fn checked_lookup(idx: &mut PrefixIndex, reference: &mut Reference, labels: &Lab
 /// One request as the engine runs it: look up, share the matched full pages (possibly fewer,
 /// as a request that must recompute its last token does), fresh pages for the rest, index,
 /// end.
+#[allow(clippy::too_many_arguments)] // the index, the pool, the reference and one request's inputs
 fn request(
     idx: &mut PrefixIndex,
     pool: &mut PagePool,
