@@ -14,9 +14,9 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 
+use super::detect as lint;
 use crate::api::{Warning, WarningCode};
 use crate::chat::Message;
-use crate::lint;
 use crate::text::prompt::Encoded;
 use crate::tokenizer::Tokenizer;
 
