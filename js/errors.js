@@ -109,7 +109,7 @@ const REQUEST_ERRORS = new Set(['InvalidArgumentError', 'TemplateError', 'Tokeni
 /** The package error for an error thrown by the wasm engine. */
 export function fromEngine(e, phase) {
   if (e instanceof HotprefixError) return e;
-  // A trap of the wasm instance (core.js adds the panic message when there is one).
+  // A trap of the wasm instance (crash.js adds the panic message when there is one).
   if (typeof WebAssembly !== 'undefined' && e instanceof WebAssembly.RuntimeError) return crashError(e.message, e);
   const kind = typeof e?.name === 'string' ? e.name : null;
   const message = typeof e?.message === 'string' ? e.message : String(e);

@@ -34,9 +34,10 @@ export class Host {
       this.core = null;
       return core?.unload();
     }
+    // As before the split: without a model, every other operation is refused for that first.
+    if (!this.core) throw new HotprefixError('no model is loaded');
     const run = Object.hasOwn(ON_CORE, op) ? ON_CORE[op] : null;
     if (!run) throw new HotprefixError(`unknown operation ${op}`);
-    if (!this.core) throw new HotprefixError('no model is loaded');
     return run(this.core, args, { onEvent, signal });
   }
 }

@@ -14,7 +14,7 @@
 // K/V word a lane loads serves all 4·SETS rows. A score is the lanes' partial dot products summed
 // with subgroupShuffleXor inside the cluster; four rows' scores, maxima and sums are vec4s.
 //
-// This file is appended to attention.wgsl (ops.rs concatenates them), whose bindings, `rotate`,
+// This file is appended to attention.wgsl (ops/attention.rs concatenates them), whose bindings, `rotate`,
 // `f16_round`, `kv_base`, `kv_at`, `write_own`, `put_result`, FUSED and WG it uses: a
 // module of its own, because subgroup operations need the device's SUBGROUP feature. No
 // `enable subgroups;`: naga (wgpu 30) rejects it, so the kernel is used natively only.

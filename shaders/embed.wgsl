@@ -1,5 +1,5 @@
 // y[t, :] = dequantized row tokens[t] of a Q8_0 embedding table, in the interleaved GPU layout
-// the matmul reads (src/quant.rs), so one table serves as embeddings and tied output head.
+// the matmul reads (src/model/quant.rs), so one table serves as embeddings and tied output head.
 
 struct Params {
     t: u32,      // tokens

@@ -6,9 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chat::Message;
+use crate::engine::sample::SamplingParams;
 use crate::error::{Error, Result};
-use crate::sample::SamplingParams;
+use crate::text::template::Message;
 
 /// Stop strings: OpenAI accepts one string or a list.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -254,8 +254,7 @@ pub struct DivergedAt {
 
 /// Which prompt-layout rule a [`Warning`] is about (its JSON name, snake_case). The
 /// TypeScript union `WarningCode` in js/index.d.ts is checked against [`WarningCode::ALL`].
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WarningCode {
     /// A clock time, date, id or counter in a message before a long static part (the rule:
     /// static first, dynamic last).
@@ -279,6 +278,13 @@ impl WarningCode {
             WarningCode::HistoryRewritten => "history_rewritten",
             WarningCode::JsonSerializationChanged => "json_serialization_changed",
         }
+    }
+}
+
+/// Serialised as its name ([`WarningCode::as_str`]): one list of the names.
+impl Serialize for WarningCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 

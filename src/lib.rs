@@ -43,16 +43,15 @@ pub mod text;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
 
-// The paths of the flat tree before it was cut into parts, kept stable.
+// The public paths of the flat tree before it was cut into parts, kept stable for callers (code
+// inside the crate uses the folder paths).
 pub use cache::kv;
-pub(crate) use cache::{persist, prefix};
 #[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub use check::testmodel;
 pub use check::{oracle, selftest};
 pub use engine::sample;
 pub use engine::sample::rng;
-pub(crate) use lint::rules as diagnose;
 pub use model::{gguf, preflight, quant};
 pub use text::template as chat;
 pub use text::tokenizer;

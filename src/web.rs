@@ -3,7 +3,7 @@
 //! A panic is a bug in hotprefix. The browser build aborts on panic (`panic = "abort"`), so the
 //! instance traps with an opaque `RuntimeError: unreachable` and nothing in it can be trusted
 //! afterwards. The panic hook installed here first logs the message with `console.error`, keeps it
-//! for [`last_panic`] and tells the listener registered with [`on_panic`] (the package's core.js),
+//! for [`last_panic`] and tells the listener registered with [`on_panic`] (the package's crash.js),
 //! which then fails that call and every later one with an `EngineCrashedError` carrying the message.
 
 use wasm_bindgen::prelude::*;
@@ -11,10 +11,10 @@ use wasm_bindgen::prelude::*;
 use std::borrow::Cow;
 use std::cell::RefCell;
 
-use crate::gguf::{Gguf, TensorInfo};
+use crate::check::selftest::Check;
 use crate::gpu::Gpu;
+use crate::model::gguf::{Gguf, TensorInfo};
 use crate::model::TensorBytes;
-use crate::selftest::Check;
 
 thread_local! {
     /// The message of the panic that crashed this instance.

@@ -196,8 +196,17 @@ fn production_code(text: &str) -> String {
     let mut lines = text.lines().peekable();
     while let Some(l) = lines.next() {
         let t = l.trim_start();
-        if t.starts_with("#[cfg(test)]") && lines.peek().is_some_and(|n| n.trim_start().starts_with("mod ")) {
-            break;
+        if t.starts_with("#[cfg(test)]") {
+            match lines.peek().map(|n| n.trim()) {
+                // `mod tests;`: its file (tests.rs) is skipped; the rest of this file is code.
+                Some(n) if n.starts_with("mod ") && n.ends_with(';') => {
+                    lines.next();
+                    continue;
+                }
+                // An inline `mod tests { … }` ends the file's production code.
+                Some(n) if n.starts_with("mod ") => break,
+                _ => {}
+            }
         }
         if t.starts_with("//") {
             continue;
@@ -305,4 +314,5 @@ fn the_path_reader_reads_groups_super_and_aliases() {
     assert_eq!(file_of(&src, &["kv", "KvCache"]).as_deref(), Some("cache/kv.rs"));
     assert_eq!(file_of(&src, &["rng", "Rng"]).as_deref(), Some("engine/sample/rng.rs"));
     assert_eq!(production_code("use a;\n// crate::x\n#[cfg(test)]\nmod tests {\nuse crate::y;\n}"), "use a;\n");
+    assert_eq!(production_code("#[cfg(test)]\nmod tests;\nuse b;\n"), "use b;\n");
 }

@@ -138,7 +138,7 @@ pub fn kv_copy(pages: &[u32], [_, n_kv, page, words]: [usize; 4], src: usize, ds
 /// The `topk` kernel's output (shaders/topk.wgsl) for one row, candidates in id order and the
 /// sum in f64 (the kernel's is f32, in another order).
 pub fn topk(x: &[f32], k: usize, cap: usize, inv_t: f32, window: &[u32]) -> (Vec<u32>, f64) {
-    use crate::sample::{order_key, order_value, top_threshold};
+    use crate::engine::sample::{order_key, order_value, top_threshold};
     let threshold = top_threshold(x, k, &mut Vec::new());
     let max_key = x.iter().map(|&v| order_key(v)).max().unwrap_or(0);
     let m = order_value(max_key);
@@ -148,15 +148,16 @@ pub fn topk(x: &[f32], k: usize, cap: usize, inv_t: f32, window: &[u32]) -> (Vec
         0.0
     };
     let cands: Vec<usize> = (0..x.len()).filter(|&i| order_key(x[i]) >= threshold).collect();
-    let layout = crate::ops::TopkLayout { cap, window: window.len() };
+    use crate::ops::TopkLayout as L;
+    let layout = L { cap, window: window.len() };
     let mut out = vec![0u32; layout.window_at()];
-    out[crate::ops::TopkLayout::COUNT] = cands.len() as u32;
-    out[crate::ops::TopkLayout::THRESHOLD] = threshold;
-    out[crate::ops::TopkLayout::MAX] = m.to_bits();
-    out[crate::ops::TopkLayout::SUM] = (sum as f32).to_bits();
+    out[L::COUNT] = cands.len() as u32;
+    out[L::THRESHOLD] = threshold;
+    out[L::MAX] = m.to_bits();
+    out[L::SUM] = (sum as f32).to_bits();
     for (slot, &i) in cands.iter().take(cap).enumerate() {
-        out[crate::ops::TopkLayout::CANDS + 2 * slot] = i as u32;
-        out[crate::ops::TopkLayout::CANDS + 2 * slot + 1] = x[i].to_bits();
+        out[L::CANDS + 2 * slot] = i as u32;
+        out[L::CANDS + 2 * slot + 1] = x[i].to_bits();
     }
     out.extend(window.iter().map(|&id| x.get(id as usize).copied().unwrap_or(0.0).to_bits()));
     (out, sum)

@@ -8,14 +8,14 @@
 //! chat requests, the prompt cache, head truncation — runs on it in milliseconds.
 //!
 //! [`oracle_logits`] is the reference the GPU forward pass is tested against: llama2.c-style
-//! loops built only from the kernel oracles in [`crate::oracle`] and [`quant::dequantize`].
+//! loops built only from the kernel oracles in [`crate::check::oracle`] and [`quant::dequantize`].
 
+use crate::check::oracle;
+use crate::engine::sample::rng::Rng;
 use crate::error::{Error, Result};
-use crate::gguf::{self, Gguf, Value};
+use crate::model::gguf::{self, Gguf, Value};
+use crate::model::quant::{self, Format};
 use crate::model::Config;
-use crate::oracle;
-use crate::quant::{self, Format};
-use crate::rng::Rng;
 
 const VOCAB: usize = 320;
 
@@ -233,15 +233,15 @@ pub fn oracle_logits(gguf_bytes: &[u8], tokens: &[u32]) -> Result<Vec<f32>> {
 }
 
 /// The `load_cpu` fuzz target's body, shared with `tests/load_fuzz_regressions.rs`: everything
-/// the load does on the CPU ([`crate::preflight::check_model_cpu`]), then a four-message chat
+/// the load does on the CPU ([`crate::model::preflight::check_model_cpu`]), then a four-message chat
 /// (with control-token text in a user message) rendered with the model's template and tokenized
 /// with its tokenizer, every content tokenized alone, and the ids decoded and streamed. Returns
 /// the chat's token count, or the first error; panics only on a broken invariant (an id past
 /// the vocabulary, a streamed text that differs from the decoded one), which is a bug.
 pub fn load_and_chat(file: &[u8]) -> Result<usize> {
-    use crate::chat::Message;
-    use crate::tokenizer::StreamDecoder;
-    let m = crate::preflight::check_model_cpu(file)?;
+    use crate::text::template::Message;
+    use crate::text::tokenizer::StreamDecoder;
+    let m = crate::model::preflight::check_model_cpu(file)?;
     let tok = &m.tokenizer;
     let messages = [
         Message::new("system", "Answer briefly."),
@@ -298,7 +298,7 @@ mod tests {
         assert_eq!(g.tensor("token_embd.weight").unwrap().ggml_type, Format::Q8_0.ggml_type());
         assert_eq!(g.tensor("blk.1.ffn_down.weight").unwrap().ggml_type, Format::Q4_1.ggml_type());
         assert!(g.tensor("output.weight").is_err(), "tied head");
-        let tok = crate::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+        let tok = crate::text::tokenizer::Tokenizer::from_gguf(&g).unwrap();
         assert_eq!(tok.vocab_size(), VOCAB);
         let ids = tok.encode_with_special("<|im_start|>user\nthe cat<|im_end|>").unwrap();
         assert_eq!(ids[0], 257);

@@ -3,11 +3,11 @@
 //! logits), matching stop strings as the text grows, and keep what was computed resident.
 
 use crate::api;
+use crate::engine::sample::{Sampler, TOP_WINDOW};
 use crate::error::{Error, Result};
 use crate::gpu::now_ms;
 use crate::model::Logits;
-use crate::sample::{Sampler, TOP_WINDOW};
-use crate::tokenizer::StreamDecoder;
+use crate::text::tokenizer::StreamDecoder;
 
 use super::{Engine, Finish, GenerateParams, Generation};
 
@@ -216,7 +216,7 @@ impl Engine {
     }
 
     /// Whether temperature sampling reads only the top of the logits (found on the GPU, a few KB:
-    /// [`crate::sample::Top`]) and the whole row only when a draw needs it, or always the whole
+    /// [`crate::engine::sample::Top`]) and the whole row only when a draw needs it, or always the whole
     /// row. Both give the same tokens (up to f32 rounding of the softmax sum). On by default when
     /// a row is larger than the top (the default model: 196 KB against about 4 KB).
     pub fn set_top_sampling(&mut self, on: bool) {
@@ -282,7 +282,7 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::Rng;
+    use crate::engine::sample::rng::Rng;
 
     /// The incremental matcher finds what a search of the whole text for every stop string finds,
     /// as the text grows a piece at a time (pieces of several characters, multi-byte ones too).

@@ -14,23 +14,23 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use crate::api::{self, CacheReport, ChatRequest, ChatResult, PromptTokensDetails, Usage};
-use crate::chat::{ChatTemplate, Message};
-use crate::diagnose::{History, Seen};
+use crate::cache::kv;
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
 use crate::gpu::Gpu;
-use crate::kv;
+use crate::lint::rules::{History, Seen};
+use crate::model::gguf::Gguf;
+use crate::text::template::{ChatTemplate, Message};
 
-use crate::model::{Model, Options, TensorBytes};
-use crate::persist;
+use crate::cache::persist;
 /// Where a request stopped matching the resident prefix ([`Generation::divergence`]), and a
 /// resident prefix ([`CacheStats::prefixes`]).
-pub use crate::prefix::{Divergence, Resident};
-use crate::preflight;
-use crate::sample::SamplingParams;
+pub use crate::cache::prefix::{Divergence, Resident};
+use crate::engine::sample::SamplingParams;
+use crate::model::preflight;
+use crate::model::{Model, Options, TensorBytes};
 /// A prompt encoded from messages ([`Engine::encode_messages`]).
 pub use crate::text::prompt::{Encoded, Prompter};
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 use resident::ResidentCache;
 /// The cache's state ([`Engine::cache_stats`]), and what a restore did ([`Engine::restore_cache`]).
 pub use resident::{CacheStats, Restored, SAVE_BATCH_BYTES};
@@ -203,8 +203,7 @@ impl Engine {
             return Err(Error::KvBudgetTooLarge { budget_mb: mb, bytes: pages as u64 * page_bytes, limit: by_limits as u64 * page_bytes });
         }
         let kv = model.kv_cache(&gpu, pages, opts.page_size).await?;
-        let top_sampling =
-            model.cfg.vocab > crate::ops::TopkLayout { cap: crate::sample::TOP_CAP, window: crate::sample::TOP_WINDOW }.words();
+        let top_sampling = model.cfg.vocab > crate::engine::sample::TOP_LAYOUT.words();
         let mut stop_ids: Vec<u32> =
             ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"].iter().filter_map(|t| tokenizer.token_id(t)).collect();
         stop_ids.extend(tokenizer.eos_id());

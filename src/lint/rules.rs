@@ -16,9 +16,9 @@ use std::hash::{Hash, Hasher};
 
 use super::detect as lint;
 use crate::api::{Warning, WarningCode};
-use crate::chat::Message;
 use crate::text::prompt::Encoded;
-use crate::tokenizer::Tokenizer;
+use crate::text::template::Message;
+use crate::text::tokenizer::Tokenizer;
 
 /// Unchanging tokens after dynamic content from which it is worth a warning.
 pub const STATIC_AFTER_DYNAMIC: usize = 64;

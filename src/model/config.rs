@@ -43,18 +43,20 @@ const MAX_LAYERS: usize = 1 << 10;
 pub const MAX_CONTEXT: usize = 1 << 18;
 
 impl Config {
-    /// Reads and checks the `llama.*` metadata (and the vocabulary size from `token_embd`). Sizes
+    /// Reads and checks the architecture's metadata (`llama.*` for llama: keys are prefixed with
+    /// its name) and the vocabulary size from `token_embd`. Sizes
     /// are converted with `try_from`, never `as` (on wasm32 `as usize` keeps the low 32 bits), and
     /// bounded (`MAX_DIM`…); the context is capped at [`MAX_CONTEXT`].
     pub fn from_gguf(g: &Gguf) -> Result<Config> {
-        Arch::of(g)?;
+        let arch = Arch::of(g)?;
+        let key = |k: &str| format!("{}.{k}", arch.name);
         let size = |k: &str, v: u64| gguf::fit::<usize>(v).ok_or_else(|| Error::Model(format!("{k} = {v} does not fit in memory sizes")));
         let u = |k: &str| -> Result<usize> {
-            let k = format!("llama.{k}");
+            let k = key(k);
             size(&k, g.u64(&k)?)
         };
         let (dim, n_head) = (u("embedding_length")?, u("attention.head_count")?);
-        let n_kv_head = match g.get("llama.attention.head_count_kv") {
+        let n_kv_head = match g.get(&key("attention.head_count_kv")) {
             Some(_) => u("attention.head_count_kv")?,
             None => n_head,
         };
@@ -68,8 +70,8 @@ impl Config {
             ffn: u("feed_forward_length")?,
             vocab: size("token_embd rows", embd.dims.get(1).copied().unwrap_or(0))?,
             context: u("context_length")?.min(MAX_CONTEXT),
-            rope_base: g.get("llama.rope.freq_base").and_then(|v| v.as_f64()).unwrap_or(10000.0),
-            eps: g.f64("llama.attention.layer_norm_rms_epsilon")? as f32,
+            rope_base: g.get(&key("rope.freq_base")).and_then(|v| v.as_f64()).unwrap_or(10000.0),
+            eps: g.f64(&key("attention.layer_norm_rms_epsilon"))? as f32,
         };
         let bad = |m: String| Err(Error::Model(m));
         if c.n_layer == 0 || c.dim == 0 || c.n_head == 0 || c.n_kv_head == 0 || c.ffn == 0 || c.vocab == 0 || c.context == 0 {
@@ -84,7 +86,7 @@ impl Config {
         if !c.head_dim.is_multiple_of(4) || c.head_dim > 128 {
             return bad(format!("head dim {} (a multiple of 4, at most 128, is supported)", c.head_dim));
         }
-        if let Some(rot) = g.get("llama.rope.dimension_count").and_then(|v| v.as_u64()) {
+        if let Some(rot) = g.get(&key("rope.dimension_count")).and_then(|v| v.as_u64()) {
             if gguf::fit::<usize>(rot) != Some(c.head_dim) {
                 return bad(format!("RoPE over {rot} of {} dims (partial rotary) is not supported", c.head_dim));
             }

@@ -466,6 +466,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_reader_sizes_every_runnable_format_as_the_format_table_does() {
+        for f in crate::model::quant::FORMATS.iter() {
+            assert_eq!(type_layout(f.ggml_type), Some((f.block as u64, f.gguf_bytes as u64)), "{}", f.name);
+        }
+    }
+
+    #[test]
     fn fit_refuses_what_a_32_bit_usize_cannot_hold() {
         // u32 stands for wasm32's usize: fit::<u32> here is fit::<usize> there.
         assert_eq!(fit::<u32>(u64::from(u32::MAX)), Some(u32::MAX));

@@ -38,7 +38,7 @@ impl TensorBytes for &[u8] {
 
 /// The CPU half of `fused`: checks that `names` are same-format `[k, ·]` matrices and returns
 /// their format, total rows and concatenated GGUF bytes (borrowed when there is one). The fuzzed
-/// CPU load path ([`crate::preflight`]) calls it too.
+/// CPU load path ([`crate::model::preflight`]) calls it too.
 pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[String], k: usize) -> Result<(Format, usize, Cow<'a, [u8]>)> {
     let mut bytes = Vec::new();
     let mut rows = 0usize;
@@ -68,7 +68,7 @@ pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[Stri
 /// The CPU half of `vector`: the values of the F32 `[n]` tensor `name`.
 pub(crate) fn vector_data(g: &Gguf, file: &dyn TensorBytes, name: &str, n: usize) -> Result<Vec<f32>> {
     let t = g.tensor(name)?;
-    if t.ggml_type != 0 || t.dims.len() != 1 || gguf::fit::<usize>(t.dims[0]) != Some(n) {
+    if t.ggml_type != Format::F32.ggml_type() || t.dims.len() != 1 || gguf::fit::<usize>(t.dims[0]) != Some(n) {
         return Err(Error::Model(format!("{name}: expected F32 [{n}], got type {} {:?}", t.ggml_type, t.dims)));
     }
     Ok(bytemuck::pod_collect_to_vec(&file.tensor_bytes(g, t)?))

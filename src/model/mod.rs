@@ -12,14 +12,14 @@ pub mod quant;
 
 use crate::error::{Error, Result};
 
+use crate::cache::kv::{KvCache, Sequence};
 use crate::gpu::Gpu;
-use crate::kv::{KvCache, Sequence};
 use gguf::Gguf;
 
+use crate::engine::sample::{TOP, TOP_CAP, TOP_LAYOUT, TOP_WINDOW};
 /// The matrix-vector and attention kernel variant ([`Model::use_kernels`]).
 pub use crate::ops::Variant;
-use crate::ops::{self, Weight};
-use crate::sample::{Top, TOP, TOP_CAP, TOP_WINDOW};
+use crate::ops::{self, Top, Weight};
 
 use arch::Arch;
 use blocks::{Mode, Pass};
@@ -59,7 +59,7 @@ struct Scratch {
     argmax: wgpu::Buffer, // [T or 1] u32
     ids: wgpu::Buffer,    // [MAX_AHEAD] u32: greedy ids decoded ahead (`decode_greedy`)
     window: wgpu::Buffer, // [TOP_WINDOW] u32: the sampler's penalty window (`read_top`)
-    top: wgpu::Buffer,    // TopkLayout { cap: TOP_CAP, window: TOP_WINDOW } u32: what `read_top` reads
+    top: wgpu::Buffer,    // TOP_LAYOUT.words() u32: what `read_top` reads
     part: wgpu::Buffer,   // attention partials (ops::attention_scratch_bytes)
 }
 
@@ -143,7 +143,7 @@ impl Model {
             argmax: gpu.storage("argmax", f(lrows)).await?,
             ids: gpu.storage("decoded ids", f(MAX_AHEAD)).await?,
             window: gpu.storage("penalty window", f(TOP_WINDOW)).await?,
-            top: gpu.storage("top logits", f(ops::TopkLayout { cap: TOP_CAP, window: TOP_WINDOW }.words())).await?,
+            top: gpu.storage("top logits", f(TOP_LAYOUT.words())).await?,
             part: gpu.storage("attention partials", ops::attention_scratch_bytes(t, cfg.n_head, hd, max_pos)).await?,
         };
         let variant = Variant::for_adapter(gpu);

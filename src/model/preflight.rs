@@ -13,12 +13,12 @@
 use std::borrow::Cow;
 use std::future::Future;
 
-use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
+use crate::model::gguf::Gguf;
+use crate::model::quant::Format;
 use crate::model::{self, Config, TensorBytes};
-use crate::quant::Format;
-use crate::tokenizer::Tokenizer;
+use crate::text::template::ChatTemplate;
+use crate::text::tokenizer::Tokenizer;
 
 /// A model file that passed every CPU-side check of the load.
 #[derive(Debug)]
@@ -107,8 +107,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::gguf::Value;
-    use crate::testmodel::{tiny_gguf, tiny_gguf_with};
+    use crate::check::testmodel::{tiny_gguf, tiny_gguf_with};
+    use crate::model::gguf::Value;
 
     /// The tiny model with its metadata edited by `edit` (tensors unchanged).
     fn tiny_with(edit: impl FnOnce(&mut BTreeMap<String, Value>)) -> Vec<u8> {

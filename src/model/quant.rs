@@ -47,15 +47,14 @@ pub struct FormatInfo {
     pub block: usize,
     /// Bytes of a block in GGUF.
     pub gguf_bytes: usize,
-    /// Bytes of a block on the GPU: whole u32 words for the block formats (a float row is
-    /// packed whole).
+    /// Bytes of a block on the GPU (a row is a whole number of u32 words).
     pub gpu_bytes: usize,
     /// The value of the shader's `FORMAT` override (`FMT_<name>` in `shaders/matmul.wgsl`).
     pub shader_id: u32,
     /// Whether `shaders/matmul_lanes.wgsl` (subgroup broadcasts of a block's x) decodes it.
     pub lanes: bool,
-    /// Appends one GGUF block's GPU words.
-    pub repack: fn(&[u8], &mut Vec<u32>),
+    /// Appends the GPU words of one row's GGUF bytes (whole blocks; a multiple of 4 values).
+    pub repack_row: fn(&[u8], &mut Vec<u32>),
     /// Appends one GGUF block's values (the CPU oracle).
     pub dequantize: fn(&[u8], &mut Vec<f32>),
     /// Appends one block of values quantized the way ggml's reference quantizer does (test weights
@@ -66,10 +65,10 @@ pub struct FormatInfo {
 /// Every format hotprefix runs, in [`Format`]'s order.
 #[rustfmt::skip] // a table: one row a format
 pub static FORMATS: [FormatInfo; 4] = [
-    FormatInfo { name: "F32", ggml_type: 0, block: 1, gguf_bytes: 4, gpu_bytes: 4, shader_id: 0, lanes: false, repack: words, dequantize: f32_values, quantize: f32_bytes },
-    FormatInfo { name: "F16", ggml_type: 1, block: 1, gguf_bytes: 2, gpu_bytes: 2, shader_id: 1, lanes: false, repack: words, dequantize: f16_values, quantize: f16_bytes },
-    FormatInfo { name: "Q8_0", ggml_type: 8, block: QK, gguf_bytes: 34, gpu_bytes: 36, shader_id: 2, lanes: true, repack: q8_0_words, dequantize: q8_0_values, quantize: q8_0_bytes },
-    FormatInfo { name: "Q4_1", ggml_type: 3, block: QK, gguf_bytes: 20, gpu_bytes: 20, shader_id: 3, lanes: true, repack: words, dequantize: q4_1_values, quantize: q4_1_bytes },
+    FormatInfo { name: "F32", ggml_type: 0, block: 1, gguf_bytes: 4, gpu_bytes: 4, shader_id: 0, lanes: false, repack_row: words, dequantize: f32_values, quantize: f32_bytes },
+    FormatInfo { name: "F16", ggml_type: 1, block: 1, gguf_bytes: 2, gpu_bytes: 2, shader_id: 1, lanes: false, repack_row: words, dequantize: f16_values, quantize: f16_bytes },
+    FormatInfo { name: "Q8_0", ggml_type: 8, block: QK, gguf_bytes: 34, gpu_bytes: 36, shader_id: 2, lanes: true, repack_row: q8_0_words, dequantize: q8_0_values, quantize: q8_0_bytes },
+    FormatInfo { name: "Q4_1", ggml_type: 3, block: QK, gguf_bytes: 20, gpu_bytes: 20, shader_id: 3, lanes: true, repack_row: words, dequantize: q4_1_values, quantize: q4_1_bytes },
 ];
 
 /// The names of every format, for error messages: `"F32, F16, Q8_0, Q4_1"`.
@@ -131,23 +130,24 @@ impl Format {
     }
 }
 
-// The table's conversions, one block at a time (the table checks the sizes: `blk` is always
-// `gguf_bytes` long, `x` always `block` values).
+// The table's conversions: a row for `repack_row`, one block for the others (their callers cut
+// the data: `blk` is always `gguf_bytes` long, `x` always `block` values).
 
 fn f16_at(b: &[u8]) -> f32 {
     f16::from_le_bytes([b[0], b[1]]).to_f32()
 }
 
-/// The bytes as they are, as little-endian words. A float block (2 or 4 bytes) is less than a
-/// word: `to_gpu_layout` packs whole rows, so float rows pass through here in one piece.
-fn words(blk: &[u8], out: &mut Vec<u32>) {
-    out.extend(blk.chunks_exact(4).map(|q| u32::from_le_bytes([q[0], q[1], q[2], q[3]])));
+/// The bytes as they are, as little-endian words.
+fn words(row: &[u8], out: &mut Vec<u32>) {
+    out.extend(row.chunks_exact(4).map(|q| u32::from_le_bytes([q[0], q[1], q[2], q[3]])));
 }
 
-/// `d` alone in the low half of a word, then the 32 bytes of `q`.
-fn q8_0_words(blk: &[u8], out: &mut Vec<u32>) {
-    out.push(u16::from_le_bytes([blk[0], blk[1]]) as u32);
-    words(&blk[2..], out);
+/// Each block: `d` alone in the low half of a word, then the 32 bytes of `q`.
+fn q8_0_words(row: &[u8], out: &mut Vec<u32>) {
+    for blk in row.chunks_exact(34) {
+        out.push(u16::from_le_bytes([blk[0], blk[1]]) as u32);
+        words(&blk[2..], out);
+    }
 }
 
 fn f32_values(blk: &[u8], out: &mut Vec<f32>) {
@@ -218,20 +218,16 @@ pub fn to_gpu_layout(format: Format, bytes: &[u8], n: usize, k: usize) -> Result
     if !k.is_multiple_of(4) || k == 0 {
         return Err(Error::Weights(format!("{} rows of {k} values: the GPU layout needs a multiple of 4", format.name())));
     }
-    // Each row as words (each block repacked by the format's row of the table), then word j of row r goes to
+    // Each row as words (repacked by the format's row of the table), then word j of row r goes to
     // (r / G)·W·G + j·G + r % G, rows padded with zeros. One row at a time: a load holds the
     // file's bytes and the GPU layout, nothing more.
     let w = format.gpu_row_words(k);
     let mut out = vec![0u32; gpu_words(format, n, k)?];
     let mut words = Vec::with_capacity(w);
+    let repack_row = format.info().repack_row;
     for (r, row) in bytes.chunks_exact(format.row_bytes(k)?).enumerate() {
         words.clear();
-        let info = format.info();
-        if info.block == 1 {
-            (info.repack)(row, &mut words);
-        } else {
-            row.chunks_exact(info.gguf_bytes).for_each(|blk| (info.repack)(blk, &mut words));
-        }
+        repack_row(row, &mut words);
         if words.len() != w {
             return Err(Error::Weights(format!("{} row of {k} values: {} words, the GPU layout has {w}", format.name(), words.len())));
         }
@@ -316,11 +312,11 @@ mod tests {
             let info = f.info();
             assert!(std::ptr::eq(info, &FORMATS[i]), "{}: Format::ALL and FORMATS disagree on the order", info.name);
             assert_eq!(Format::from_ggml_type(info.ggml_type), Some(f));
-            if info.block > 1 {
-                let mut w = Vec::new();
-                (info.repack)(&vec![0; info.gguf_bytes], &mut w);
-                assert_eq!(w.len() * 4, info.gpu_bytes, "{}: a block repacks to its GPU size in whole words", info.name);
-            }
+            // The shortest row the GPU layout takes (4 values, or one block) repacks to its GPU size.
+            let blocks = info.block.max(4) / info.block;
+            let mut w = Vec::new();
+            (info.repack_row)(&vec![0; blocks * info.gguf_bytes], &mut w);
+            assert_eq!(w.len() * 4, blocks * info.gpu_bytes, "{}: a row repacks to its GPU size in whole words", info.name);
             // Every conversion consumes and produces exactly one block.
             let x: Vec<f32> = (0..info.block).map(|j| j as f32 / 8.0 - 1.0).collect();
             let mut bytes = Vec::new();

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Kernel};
-use crate::quant::Format;
+use crate::model::quant::Format;
 
 use super::{groups_1d, need, u, Weight};
 

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Gpu, Kernel};
-use crate::quant::{self, Format};
+use crate::model::quant::{self, Format};
 
 use super::{need, u, Variant};
 
@@ -111,7 +111,8 @@ fn matmul_into(
     if !tiled {
         return matvec_rows(b, x, 0, XLoad::Plain, w, y, t, acc, kind);
     }
-    let consts = [("FORMAT", w.format.shader_id()), ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
+    let [format, block] = format_consts(w.format);
+    let consts = [format, block, ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), 0, 0];
     let groups = [u(w.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
     let kernel = if lanes_block(b.gpu(), kind, w.format) { &MATMUL_LANES } else { &MATMUL };
@@ -174,8 +175,8 @@ fn matvec_rows(
         XLoad::SwiGlu => (2, &w.buf, 0.0),
     };
     let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), u(x_row * width / 4), f32::to_bits(eps)];
-    let consts =
-        [("FORMAT", w.format.shader_id()), ("BLOCK", w.format.block() as f64), ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
+    let [format, block] = format_consts(w.format);
+    let consts = [format, block, ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
     match kind {
         Variant::Rows | Variant::Lanes => {
             // As many rows per invocation as leave enough workgroups to keep every core busy.
@@ -194,6 +195,12 @@ fn matvec_rows(
             b.dispatch(&MATVEC_COOP, &consts, &params, &[x, &w.buf, y, aux], groups)
         }
     }
+}
+
+/// The override constants that pick the weights' decode branch in matmul.wgsl: `FORMAT` (a
+/// `FMT_*` id) and `BLOCK` (values a block), from the format's row of the table.
+fn format_consts(f: Format) -> [(&'static str, f64); 2] {
+    [("FORMAT", f.shader_id()), ("BLOCK", f.block() as f64)]
 }
 
 /// Whether `kind` runs `matmul_lanes.wgsl` on weights of `format`: the formats it decodes (the

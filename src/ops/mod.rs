@@ -1,7 +1,7 @@
 //! **Unstable** (no semver promise): the kernel layer. One function per kernel: check shapes,
 //! pick the cached pipeline, record the dispatch. Each kernel's WGSL lives in
 //! `shaders/<op>.wgsl` (its binding comments give the layouts) and its Rust function in
-//! `ops/<op>.rs`; the CPU reference of each is in [`crate::oracle`].
+//! `ops/<op>.rs`; the CPU reference of each is in [`crate::check::oracle`].
 //!
 //! All activations are f32 buffers; shapes are passed explicitly (buffers are allocated once at
 //! their largest size and an op uses the first rows it is told about).

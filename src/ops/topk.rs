@@ -65,13 +65,13 @@ impl TopkLayout {
 ///
 /// The tokens the sampler can rank without the rest of the row are the candidates and the
 /// penalty window whose penalized logit is above the threshold's value: no other token can be.
-/// [`crate::sample::Sampler::sample_top`] draws from them exactly as [`crate::sample::Sampler::sample`] would from the whole
+/// [`crate::engine::sample::Sampler::sample_top`] draws from them exactly as [`crate::engine::sample::Sampler::sample`] would from the whole
 /// row (the same token for the same generator state), except that the row's total weight comes
 /// from the GPU's f32 sum, so a draw within ~1e-6 (relative) of a boundary between two tokens
 /// may fall on the other one.
 #[derive(Debug, Clone, Default)]
 pub struct Top {
-    /// How many logits have an [`crate::sample::order_key`] at least `threshold`.
+    /// How many logits have an [`crate::engine::sample::order_key`] at least `threshold`.
     pub count: usize,
     /// `(id, logit)` of those logits (of the first `cap` when there are more), in no order.
     pub cands: Vec<(u32, f32)>,
@@ -81,7 +81,7 @@ pub struct Top {
     pub max: f32,
     /// `Σ exp((x - max) / T)` over the row's non-NaN logits.
     pub sum: f64,
-    /// The logits of [`crate::sample::Sampler::penalty_window`]'s tokens, in its order.
+    /// The logits of [`crate::engine::sample::Sampler::penalty_window`]'s tokens, in its order.
     pub window: Vec<f32>,
     /// The row's length.
     pub vocab: usize,

@@ -5,7 +5,7 @@
 //! `bos_token`/`eos_token` strings and a `raise_exception(msg)` function; Python's string and dict
 //! methods (`.strip()`, `.startswith()`, `.split()`, `.items()`…) come from minijinja-contrib's
 //! `pycompat`. The rendered text is meant for
-//! [`crate::tokenizer::Tokenizer::encode_with_special`]; the message contents inside it are user
+//! [`crate::text::tokenizer::Tokenizer::encode_with_special`]; the message contents inside it are user
 //! text, so callers must not let the template's markers be forged — see [`ChatTemplate::render`].
 //!
 //! The template comes from the model file, so it is untrusted code: every render runs on a fuel
@@ -19,7 +19,7 @@ use minijinja::{AutoEscape, Environment, ErrorKind};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
+use crate::model::gguf::Gguf;
 
 const NAME: &str = "chat_template";
 
@@ -124,7 +124,7 @@ impl ChatTemplate {
             let tokens = g.array("tokenizer.ggml.tokens").unwrap_or(&[]);
             g.get(key)
                 .and_then(|v| v.as_u64())
-                .and_then(crate::gguf::fit::<usize>)
+                .and_then(crate::model::gguf::fit::<usize>)
                 .and_then(|id| tokens.get(id))
                 .and_then(|v| v.as_str())
                 .unwrap_or("")

@@ -25,7 +25,7 @@ use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::AddedToken;
 
 use crate::error::{Error, Result};
-use crate::gguf::{Gguf, Value};
+use crate::model::gguf::{Gguf, Value};
 
 /// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
 const TYPE_NORMAL: u64 = 1;
@@ -98,7 +98,7 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
 
 /// The token id `v` as an index below `n` (of type `T`: `usize`; `u32` in tests, as on wasm32).
 fn token_index<T: TryFrom<u64> + PartialOrd>(v: &Value, n: T) -> Option<T> {
-    v.as_u64().and_then(crate::gguf::fit::<T>).filter(|i| *i < n)
+    v.as_u64().and_then(crate::model::gguf::fit::<T>).filter(|i| *i < n)
 }
 
 fn optional_id(g: &Gguf, key: &str, n: usize) -> Result<Option<u32>> {
@@ -137,7 +137,7 @@ impl Tokenizer {
             Some(Value::Array(a)) if a.len() == n => a
                 .iter()
                 .enumerate()
-                .map(|(i, v)| match v.as_u64().and_then(crate::gguf::fit::<u8>) {
+                .map(|(i, v)| match v.as_u64().and_then(crate::model::gguf::fit::<u8>) {
                     Some(t @ 0..=6) => Ok(t),
                     _ => Err(err(format!("token {i} has type {v:?} (0 to 6 expected)"))),
                 })

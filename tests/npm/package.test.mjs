@@ -68,7 +68,9 @@ after(async () => {
 
 test('the tarball holds the ESM entry, the worker, the wasm and the types', () => {
   const files = sh('tar', ['-tzf', tgz]).split('\n').filter(Boolean).map((f) => f.replace(/^package\//, ''));
-  for (const f of ['package.json', 'index.js', 'index.d.ts', 'worker.js', 'core.js', 'wasm/hotprefix.js', 'wasm/hotprefix_bg.wasm']) {
+  // Every module of js/ (the package imports them all), the types and the wasm.
+  const modules = readdirSync(join(ROOT, 'js')).filter((f) => f.endsWith('.js'));
+  for (const f of ['package.json', ...modules, 'index.d.ts', 'wasm/hotprefix.js', 'wasm/hotprefix_bg.wasm']) {
     assert.ok(files.includes(f), `${f} is missing from ${files.join(', ')}`);
   }
   const assets = readdirSync(join(work, 'dist/assets'));

@@ -17,8 +17,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use crate::cache::kv::PagePool;
 use crate::error::{Error, Result};
-use crate::kv::PagePool;
 
 type NodeId = usize;
 

@@ -1,7 +1,7 @@
 //! The prefix index's tests: unit cases, and the model-based test against a plain reference.
 
 use super::*;
-use crate::rng::Rng;
+use crate::engine::sample::rng::Rng;
 
 const PS: usize = 4;
 

@@ -1,12 +1,12 @@
 //! Each kernel check's body: random inputs, the kernel on the GPU, its CPU oracle, the
 //! comparison.
 
+use crate::check::oracle;
+use crate::engine::sample::rng::Rng;
 use crate::error::{Error, Result};
 use crate::gpu::{Batch, Gpu};
+use crate::model::quant::{self, Format};
 use crate::ops::{self, AttnShape, KvPages, KvSource, RopeShape, Split, Variant, Weight, XLoad};
-use crate::oracle;
-use crate::quant::{self, Format};
-use crate::rng::Rng;
 
 use super::{compare, execute, ops_once, Check, Fused, Report};
 
@@ -165,7 +165,7 @@ impl Check {
                 let full = c.count <= cap;
                 // With more ties than slots the kernel keeps whichever came first: any of them.
                 let valid = |&(id, bits): &(u32, u32)| {
-                    (id as usize) < n && x[id as usize].to_bits() == bits && crate::sample::order_key(x[id as usize]) >= c.threshold
+                    (id as usize) < n && x[id as usize].to_bits() == bits && crate::engine::sample::order_key(x[id as usize]) >= c.threshold
                 };
                 let distinct = gp.windows(2).all(|w| w[0].0 != w[1].0);
                 if (full && gp != wp) || !gp.iter().all(valid) || !distinct {

@@ -3,11 +3,11 @@
 //! in `cargo test` (native), in `wasm-pack test` (headless Chromium) and on the demo page, which
 //! also shows the speed each one measured.
 
+use crate::engine::sample::rng::Rng;
 use crate::error::{Error, Result};
 use crate::gpu::{now_ms, Batch, Gpu};
+use crate::model::quant::{self, Format};
 use crate::ops::{self, Variant, Weight};
-use crate::quant::{self, Format};
-use crate::rng::Rng;
 
 mod kernels;
 

@@ -25,11 +25,11 @@ pub mod rng;
 mod tests;
 mod top;
 
-pub use top::{order_key, order_value, top_threshold, Top, TOP, TOP_CAP, TOP_WINDOW};
+pub use top::{order_key, order_value, top_threshold, Top, TOP, TOP_CAP, TOP_LAYOUT, TOP_WINDOW};
 
 use std::cmp::Ordering;
 
-use crate::rng::Rng;
+use crate::engine::sample::rng::Rng;
 use crate::{Error, Result};
 
 /// How the next token is chosen. `Default` is plain sampling from `softmax(logits)`.

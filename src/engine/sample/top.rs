@@ -13,6 +13,8 @@ pub const TOP: usize = 256;
 pub const TOP_CAP: usize = 512;
 /// Most penalty-window tokens `ops::topk` reads; with more, the sampler reads the whole row.
 pub const TOP_WINDOW: usize = 256;
+/// The GPU top-k output the sampler reads: [`TOP_CAP`] candidates and a [`TOP_WINDOW`] window.
+pub const TOP_LAYOUT: crate::ops::TopkLayout = crate::ops::TopkLayout { cap: TOP_CAP, window: TOP_WINDOW };
 
 impl Sampler {
     /// [`Sampler::sample`] from what `ops::topk` read of the row instead of all of it: the same
