@@ -265,6 +265,16 @@ fn malformed_structure_is_named() {
     assert_gguf_err(&aligned64.pad(256), "tensor t: data offset 32 is not aligned to 64");
     assert_gguf_err(&Raw::new(3, 1, 0).tensor("t", &[1; 5], 0, 0).pad(64), "tensor t: 5 dimensions");
     assert_gguf_err(&Raw::new(3, 1, 0).tensor("t", &[32], 4, 0).pad(64), "tensor t: unknown ggml type 4");
+    // Ids llama.cpp removed are not types either; every id it defines is read.
+    assert_gguf_err(&Raw::new(3, 1, 0).tensor("t", &[32], 31, 0).pad(64), "tensor t: unknown ggml type 31");
+    assert_gguf_err(&Raw::new(3, 1, 0).tensor("t", &[32], 43, 0).pad(64), "tensor t: unknown ggml type 43");
+    for (ty, block, bytes) in [(20u32, 32u64, 18u64), (23, 256, 136), (40, 64, 36), (41, 128, 18)] {
+        let mut r = Raw::new(3, 1, 0);
+        r.tensor("t", &[block], ty, 0);
+        let file = r.pad(32 + bytes as usize);
+        let g = Gguf::parse(&file).unwrap_or_else(|e| panic!("type {ty}: {e}"));
+        assert_eq!(g.tensors[0].ggml_type, ty);
+    }
     assert_gguf_err(&Raw::new(3, 1, 0).tensor("t", &[48], 3, 0).pad(128), "row of 48 values is not whole blocks of 32");
     let mut twice = Raw::new(3, 2, 0);
     twice.tensor("t", &[1], 0, 0).tensor("t", &[1], 0, 32);

@@ -23,6 +23,28 @@ fn set(key: &'static str, v: Value) -> impl FnOnce(&mut BTreeMap<String, Value>,
     move |m, _| drop(m.insert(key.to_string(), v))
 }
 
+/// The tiny model with `blk.0.ffn_down` as IQ4_NL (ggml type 20: 32-value blocks of 18 bytes).
+fn iq4_nl_down() -> Vec<u8> {
+    tiny_with(|_, t| {
+        for (_, d, ty, b) in t.iter_mut().filter(|(n, ..)| n == "blk.0.ffn_down.weight") {
+            *ty = 20;
+            *b = vec![0; (d[0] / 32 * 18 * d[1]) as usize];
+        }
+    })
+}
+
+/// The reader knows every type llama.cpp defines, so a file with one hotprefix does not run is a
+/// good file with an unsupported format, named with its tensor, not a bad file.
+#[test]
+fn a_known_format_hotprefix_does_not_run_is_refused_by_name() {
+    let file = iq4_nl_down();
+    hotprefix::gguf::Gguf::parse(&file).expect("the reader takes an IQ4_NL tensor");
+    let Err(err) = check_model_cpu(&file) else { panic!("an IQ4_NL tensor was accepted") };
+    let msg = err.to_string();
+    assert!(matches!(err, hotprefix::Error::Model(_)), "{err:?}");
+    assert!(msg.contains("blk.0.ffn_down.weight: IQ4_NL (ggml type 20) is not a weight format hotprefix runs"), "{msg}");
+}
+
 #[test]
 fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
@@ -58,6 +80,7 @@ fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
                 }
             }),
         ),
+        ("an IQ4_NL projection (a ggml type the reader knows and hotprefix does not run)", iq4_nl_down()),
         (
             "a tokenizer larger than the model",
             tiny_with(|m, _| {

@@ -180,8 +180,7 @@ fn tensor(g: &Gguf, file: &[u8], name: &str, dims: &[usize]) -> Result<Vec<f32>>
     if t.dims.iter().map(|&d| d as usize).ne(dims.iter().copied()) {
         return Err(Error::Model(format!("{name}: shape {:?}, expected {dims:?}", t.dims)));
     }
-    let format =
-        Format::from_ggml_type(t.ggml_type).ok_or_else(|| Error::Model(format!("{name}: ggml type {} is not supported", t.ggml_type)))?;
+    let format = Format::from_ggml_type(t.ggml_type).ok_or_else(|| crate::model::quant::unsupported(name, t.ggml_type))?;
     quant::dequantize(format, g.data(file, t)?)
 }
 

@@ -124,30 +124,71 @@ pub struct Gguf {
     pub file_len: u64,
 }
 
-/// (values per block, bytes per block) of the ggml types this reader knows.
+/// A ggml tensor type: its id (`GGML_TYPE_*`), name and layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GgmlType {
+    /// The id a GGUF tensor header stores.
+    pub id: u32,
+    /// ggml's name for it: `"Q4_K"`, `"IQ4_NL"`…
+    pub name: &'static str,
+    /// Values per block along a row.
+    pub block: u64,
+    /// Bytes per block.
+    pub bytes: u64,
+}
+
+/// Every tensor type llama.cpp defines: ids, names, and layouts as its `ggml_blck_size` and
+/// `ggml_type_size` give them (llama.cpp b11739, commit 0ce8cd11; printed by
+/// `scripts/ggml-types.py`). The ids it removed (4, 5, 31–33, 36–38) are not types: a tensor of
+/// one, or of an id past the table, is a bad file. A known type hotprefix does not run is refused
+/// later, by the load, as an unsupported format.
+#[rustfmt::skip] // a table: one row a type
+pub const GGML_TYPES: &[GgmlType] = &[
+    GgmlType { id: 0, name: "F32", block: 1, bytes: 4 },
+    GgmlType { id: 1, name: "F16", block: 1, bytes: 2 },
+    GgmlType { id: 2, name: "Q4_0", block: 32, bytes: 18 },
+    GgmlType { id: 3, name: "Q4_1", block: 32, bytes: 20 },
+    GgmlType { id: 6, name: "Q5_0", block: 32, bytes: 22 },
+    GgmlType { id: 7, name: "Q5_1", block: 32, bytes: 24 },
+    GgmlType { id: 8, name: "Q8_0", block: 32, bytes: 34 },
+    GgmlType { id: 9, name: "Q8_1", block: 32, bytes: 36 },
+    GgmlType { id: 10, name: "Q2_K", block: 256, bytes: 84 },
+    GgmlType { id: 11, name: "Q3_K", block: 256, bytes: 110 },
+    GgmlType { id: 12, name: "Q4_K", block: 256, bytes: 144 },
+    GgmlType { id: 13, name: "Q5_K", block: 256, bytes: 176 },
+    GgmlType { id: 14, name: "Q6_K", block: 256, bytes: 210 },
+    GgmlType { id: 15, name: "Q8_K", block: 256, bytes: 292 },
+    GgmlType { id: 16, name: "IQ2_XXS", block: 256, bytes: 66 },
+    GgmlType { id: 17, name: "IQ2_XS", block: 256, bytes: 74 },
+    GgmlType { id: 18, name: "IQ3_XXS", block: 256, bytes: 98 },
+    GgmlType { id: 19, name: "IQ1_S", block: 256, bytes: 50 },
+    GgmlType { id: 20, name: "IQ4_NL", block: 32, bytes: 18 },
+    GgmlType { id: 21, name: "IQ3_S", block: 256, bytes: 110 },
+    GgmlType { id: 22, name: "IQ2_S", block: 256, bytes: 82 },
+    GgmlType { id: 23, name: "IQ4_XS", block: 256, bytes: 136 },
+    GgmlType { id: 24, name: "I8", block: 1, bytes: 1 },
+    GgmlType { id: 25, name: "I16", block: 1, bytes: 2 },
+    GgmlType { id: 26, name: "I32", block: 1, bytes: 4 },
+    GgmlType { id: 27, name: "I64", block: 1, bytes: 8 },
+    GgmlType { id: 28, name: "F64", block: 1, bytes: 8 },
+    GgmlType { id: 29, name: "IQ1_M", block: 256, bytes: 56 },
+    GgmlType { id: 30, name: "BF16", block: 1, bytes: 2 },
+    GgmlType { id: 34, name: "TQ1_0", block: 256, bytes: 54 },
+    GgmlType { id: 35, name: "TQ2_0", block: 256, bytes: 66 },
+    GgmlType { id: 39, name: "MXFP4", block: 32, bytes: 17 },
+    GgmlType { id: 40, name: "NVFP4", block: 64, bytes: 36 },
+    GgmlType { id: 41, name: "Q1_0", block: 128, bytes: 18 },
+    GgmlType { id: 42, name: "Q2_0", block: 64, bytes: 18 },
+];
+
+/// The ggml type with id `id`, if llama.cpp defines one.
+pub fn ggml_type(id: u32) -> Option<&'static GgmlType> {
+    GGML_TYPES.iter().find(|t| t.id == id)
+}
+
+/// (values per block, bytes per block) of ggml type `t`.
 fn type_layout(t: u32) -> Option<(u64, u64)> {
-    Some(match t {
-        0 => (1, 4),      // F32
-        1 => (1, 2),      // F16
-        2 => (32, 18),    // Q4_0
-        3 => (32, 20),    // Q4_1
-        6 => (32, 22),    // Q5_0
-        7 => (32, 24),    // Q5_1
-        8 => (32, 34),    // Q8_0
-        10 => (256, 84),  // Q2_K
-        11 => (256, 110), // Q3_K
-        12 => (256, 144), // Q4_K
-        13 => (256, 176), // Q5_K
-        14 => (256, 210), // Q6_K
-        15 => (256, 292), // Q8_K
-        24 => (1, 1),     // I8
-        25 => (1, 2),     // I16
-        26 => (1, 4),     // I32
-        27 => (1, 8),     // I64
-        28 => (1, 8),     // F64
-        30 => (1, 2),     // BF16
-        _ => return None,
-    })
+    ggml_type(t).map(|t| (t.block, t.bytes))
 }
 
 fn err(msg: impl Into<String>) -> Error {

@@ -45,8 +45,7 @@ pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[Stri
     let mut format = None;
     for name in names {
         let t = g.tensor(name)?;
-        let f = Format::from_ggml_type(t.ggml_type)
-            .ok_or_else(|| Error::Model(format!("{name}: ggml type {} is not supported ({} are)", t.ggml_type, quant::supported())))?;
+        let f = Format::from_ggml_type(t.ggml_type).ok_or_else(|| quant::unsupported(name, t.ggml_type))?;
         if *format.get_or_insert(f) != f {
             return Err(Error::Model(format!("{name}: {} mixed with {:?} in one fused projection", f.name(), format)));
         }

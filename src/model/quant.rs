@@ -76,6 +76,14 @@ pub fn supported() -> String {
     FORMATS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
 }
 
+/// The refusal of tensor `name`, of ggml type `ggml_type` that no row of [`FORMATS`] runs: the
+/// type named (the reader knows every type llama.cpp defines), and the formats that do run.
+pub fn unsupported(name: &str, ggml_type: u32) -> Error {
+    let ty = super::gguf::ggml_type(ggml_type)
+        .map_or_else(|| format!("ggml type {ggml_type}"), |t| format!("{} (ggml type {ggml_type})", t.name));
+    Error::Model(format!("{name}: {ty} is not a weight format hotprefix runs ({} are)", supported()))
+}
+
 impl Format {
     /// Every format, in the order of [`FORMATS`].
     pub const ALL: [Format; 4] = [Format::F32, Format::F16, Format::Q8_0, Format::Q4_1];
