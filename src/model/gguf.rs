@@ -510,6 +510,7 @@ mod tests {
     fn the_reader_sizes_every_runnable_format_as_the_format_table_does() {
         for f in crate::model::quant::FORMATS.iter() {
             assert_eq!(type_layout(f.ggml_type), Some((f.block as u64, f.gguf_bytes as u64)), "{}", f.name);
+            assert_eq!(ggml_type(f.ggml_type).map(|t| t.name), Some(f.name), "the format table and ggml name type {} alike", f.ggml_type);
         }
     }
 
