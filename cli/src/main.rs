@@ -2,6 +2,7 @@
 //! (README "CLI"); errors are one line on stderr and a non-zero exit, never a backtrace.
 
 mod bench;
+mod info;
 mod session;
 
 use std::io::Write;
@@ -85,6 +86,15 @@ enum Cmd {
         #[arg(long)]
         context: Option<usize>,
     },
+    /// What a GGUF file holds (architecture, parameters, tensor formats, context, tokenizer) and
+    /// whether this build runs it (the first reason if not). Needs no GPU.
+    Info {
+        #[arg(default_value = DEFAULT_MODEL)]
+        model: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Benchmarks: the model (prefill and decode tok/s), `kernels`, or `cache` (TTFT cold vs warm,
     /// and prefill efficiency over a scripted chat).
     Bench {
@@ -133,6 +143,7 @@ fn main() -> ExitCode {
                 let opts = EngineOptions { context, kv_budget_mb, cache: !no_cache, ..EngineOptions::default() };
                 session::run(&model, &requests, opts).await
             }
+            Cmd::Info { model, json } => info::info(&model, json),
             Cmd::Bench { what, model, json, runs, kernels, section } => match what.as_str() {
                 "model" => bench::model(&model, json, runs.max(1), &kernels).await,
                 "kernels" => bench::kernels().await,

@@ -1,0 +1,60 @@
+//! `hotprefix info`: what a file holds and whether this build runs it, on the default model and on
+//! files it refuses.
+
+use std::process::Command;
+
+use hotprefix::gguf::{self, Value};
+use serde_json::Value as Json;
+
+fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn info(path: &std::path::Path) -> (bool, Json, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hotprefix")).arg("info").arg("--json").arg(path).output().expect("run hotprefix info");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let json = serde_json::from_str(&stdout).unwrap_or(Json::Null);
+    (out.status.success(), json, stderr)
+}
+
+#[test]
+fn the_default_model_is_described_and_runs() {
+    let path = repo().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(path.exists(), "missing test data: run scripts/fetch-model.sh");
+    let (ok, j, err) = info(&path);
+    assert!(ok, "{err}");
+    assert_eq!(j["architecture"], "llama");
+    assert_eq!(j["context"], 8192);
+    assert_eq!((j["tokenizer"].as_str(), j["pre_tokenizer"].as_str()), (Some("gpt2"), Some("smollm")));
+    assert_eq!(j["runs"], true, "{j}");
+    assert_eq!(j["bytes"].as_u64(), Some(std::fs::metadata(&path).unwrap().len()));
+    let formats = j["formats"].as_array().expect("formats");
+    let names: Vec<&str> = formats.iter().filter_map(|f| f["type"].as_str()).collect();
+    assert_eq!(names, ["F32", "Q4_1", "Q8_0"]);
+    let sum = |k: &str| formats.iter().map(|f| f[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(Some(sum("tensors")), j["tensors"].as_u64());
+    assert_eq!(Some(sum("values")), j["parameters"].as_u64());
+    assert!(j["parameters"].as_u64().unwrap() > 130_000_000, "{j}");
+}
+
+#[test]
+fn a_file_of_a_format_not_run_is_described_and_refused_with_a_reason() {
+    // One IQ4_NL tensor (ggml type 20): a good file the reader knows, which this build does not run.
+    let md = [("general.architecture", Value::Str("llama".into()))];
+    let file = gguf::write(&md, &[("blk.0.ffn_down.weight", &[32, 2][..], 20, &[0u8; 36][..])]);
+    let dir = std::env::temp_dir().join(format!("hotprefix-info-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("iq4_nl.gguf");
+    std::fs::write(&path, file).unwrap();
+    let (ok, j, err) = info(&path);
+    assert!(ok, "{err}");
+    assert_eq!(j["formats"], serde_json::json!([{"type": "IQ4_NL", "ggml_type": 20, "tensors": 1, "values": 64}]));
+    assert_eq!(j["runs"], false);
+    assert!(j["refused"].as_str().is_some_and(|r| !r.is_empty()), "{j}");
+    // Not a GGUF file at all: an error, exit status 1.
+    std::fs::write(&path, b"not a model").unwrap();
+    let (ok, _, err) = info(&path);
+    assert!(!ok && err.contains("GGUF"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
