@@ -1,14 +1,10 @@
 // y[T, N] = x[T, K] · W[N, K]ᵀ — prefill matmul and decode matrix-vector, weights dequantized here.
 //
-// Each row of W is W_ROW words in the GPU layout of `FORMAT` (src/model/quant.rs, FORMATS):
-//   FMT_F32  : K words, bit patterns of f32
-//   FMT_F16  : K/2 words, two halves each (read with unpack2x16float: no shader-f16 needed)
-//   FMT_Q8_0 : K/32 blocks of 9 words: d (f16, low half), then 32 × i8
-//   FMT_Q4_1 : K/32 blocks of 5 words: d | m << 16 (f16 each), then 16 bytes of nibbles:
-//              byte j = value j (low nibble) and value j+16 (high nibble); x = d·q + m
-// and rows are interleaved in groups of G = 32: word j of row r is at (r/G)·W_ROW·G + j·G + r%G,
-// so neighbouring invocations (neighbouring rows) load neighbouring words.
-// K is a multiple of 4 (of 32 for the block formats); T and N are arbitrary.
+// W is in the GPU layout of `FORMAT`, decoded by quant.wgsl (concatenated before this file:
+// ops/matmul.rs): `w4` for the tiled matmul, `dot_chunk` for the matrix-vector kernels.
+// K is a multiple of 4 (of the block for the block formats); T and N are arbitrary. A weight may
+// be one of several parts of a matrix (rows split across bindings, or fused projections whose
+// tensors differ in format): row n of a part is column y_off + n of y, whose rows are y_stride.
 //
 // Three kernels: `matmul` (4×4 tiles, prefill), `matvec` (an invocation per 1–8 rows walking K
 // alone: no workgroup memory and no barriers, which lavapipe runs fastest, docs/BENCHMARKS.md) and
@@ -18,21 +14,11 @@
 // applied to the finished dot product, Σx² accumulated from the same loads) or SwiGLU
 // (silu(gate) · up from a fused gate|up row).
 
-// The weight format: the shader ids of src/model/quant.rs's FORMATS table (a test checks them),
-// and its values per block (BLOCK: 1 for the float formats). A dot chunk of the matrix-vector
-// kernels is a whole block (32 values at most), so each block header is read once.
-const FMT_F32: u32 = 0u;
-const FMT_F16: u32 = 1u;
-const FMT_Q8_0: u32 = 2u;
-const FMT_Q4_1: u32 = 3u;
-override FORMAT: u32 = FMT_F32;
-override BLOCK: u32 = 1u;
 // 0: x as it is; 1: RMSNorm(x) · nw; 2: silu(x[:K]) · x[K:] from rows of 2K (gate | up).
 override XLOAD: u32 = 0u;
 // 1: y += x · Wᵀ (the residual connection fused into the projection); 0: y = x · Wᵀ.
 override ACC: u32 = 0u;
 override WG: u32 = 64u;
-const G: u32 = 32u;
 
 struct Params {
     t: u32,     // tokens (rows of x and y)
@@ -41,12 +27,14 @@ struct Params {
     w_row: u32, // words a weight row
     x_off: u32, // vec4s of x before row 0 (matrix-vector kernels: e.g. the last row of a chunk)
     eps: f32,   // RMSNorm epsilon (XLOAD 1)
+    y_stride: u32, // floats a row of y (the whole matrix's N)
+    y_off: u32,    // y column of this part's row 0
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;    // [T, K/4]
 @group(0) @binding(2) var<storage, read> w: array<u32>;          // [N padded to G, W_ROW] interleaved
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;    // [T, N]
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;    // [T, y_stride]
 @group(0) @binding(4) var<storage, read> nw: array<vec4<f32>>;   // [K/4] RMSNorm weight (XLOAD 1; matrix-vector only)
 
 // x values 4i .. 4i+3 of row t as the matrix-vector kernels see them (after the fused op);
@@ -73,77 +61,14 @@ fn finish(v: f32, ss: f32) -> f32 {
     return v;
 }
 
-fn store(i: u32, v: f32) {
+// y[t, y_off + n] (+)= v.
+fn store(t: u32, n: u32, v: f32) {
+    let i = t * p.y_stride + p.y_off + n;
     if ACC == 1u {
         y[i] += v;
     } else {
         y[i] = v;
     }
-}
-
-// Index of word 0 of row `row`; word j is at row_base(row) + j·G.
-fn row_base(row: u32) -> u32 {
-    return (row / G) * p.w_row * G + row % G;
-}
-
-// Nibbles at bits shift, shift+8, shift+16, shift+24 of q. Converted from i32: CPUs (lavapipe)
-// have a signed int→float vector instruction but emulate the unsigned one.
-fn nib(q: u32, shift: u32) -> vec4<f32> {
-    let v = (vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift)) & vec4<u32>(15u);
-    return vec4<f32>(bitcast<vec4<i32>>(v));
-}
-
-fn i8x4(q: u32) -> vec4<f32> {
-    return vec4<f32>(vec4<i32>(
-        bitcast<i32>(q << 24u) >> 24u,
-        bitcast<i32>(q << 16u) >> 24u,
-        bitcast<i32>(q << 8u) >> 24u,
-        bitcast<i32>(q) >> 24u));
-}
-
-// Values 4·k4 .. 4·k4+3 of the row starting at `rb`.
-fn w4(rb: u32, k4: u32) -> vec4<f32> {
-    if FORMAT == FMT_F32 {
-        let b = rb + k4 * 4u * G;
-        return vec4<f32>(bitcast<f32>(w[b]), bitcast<f32>(w[b + G]), bitcast<f32>(w[b + 2u * G]), bitcast<f32>(w[b + 3u * G]));
-    } else if FORMAT == FMT_F16 {
-        let b = rb + k4 * 2u * G;
-        return vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + G]));
-    } else if FORMAT == FMT_Q8_0 {
-        let b = rb + (k4 / 8u) * 9u * G;
-        return unpack2x16float(w[b]).x * i8x4(w[b + (1u + (k4 & 7u)) * G]);
-    }
-    // FORMAT == FMT_Q4_1
-    let b = rb + (k4 / 8u) * 5u * G;
-    let dm = unpack2x16float(w[b]);
-    let i = k4 & 7u;
-    return dm.x * nib(w[b + (1u + (i & 3u)) * G], (i >> 2u) * 4u) + dm.y;
-}
-
-// Dot product of one chunk of the row at `rb` with the chunk's x values `xv`: a chunk is a
-// whole block (BLOCK values) for the block formats, so each block header is read once; 4 values
-// for the float formats.
-fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>) -> vec4<f32> {
-    if FORMAT == FMT_Q8_0 {
-        let b = rb + c * 9u * G;
-        let d = unpack2x16float(w[b]).x;
-        var s = vec4<f32>(0.0);
-        for (var i = 0u; i < 8u; i++) {
-            s += (*xv)[i] * i8x4(w[b + (1u + i) * G]);
-        }
-        return d * s;
-    } else if FORMAT == FMT_Q4_1 {
-        let b = rb + c * 5u * G;
-        let dm = unpack2x16float(w[b]);
-        var s = vec4<f32>(0.0);
-        for (var i = 0u; i < 4u; i++) {
-            let q = w[b + (1u + i) * G];
-            s += (*xv)[i] * nib(q, 0u) + (*xv)[i + 4u] * nib(q, 4u);
-        }
-        // Σ x·(d·q + m) = d·Σ x·q + m·Σ x, Σ x (`xsum`) being the same for every row
-        return dm.x * s + dm.y * xsum;
-    }
-    return (*xv)[0] * w4(rb, c);
 }
 
 // Decode path (T small): each invocation computes y[t, ·] for R rows, g·R·G + l + G·j
@@ -158,8 +83,8 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
     if n0 >= p.n || t >= p.t {
         return;
     }
-    // x quads a chunk: a block's, or one.
-    let per = max(BLOCK / 4u, 1u);
+    // x quads a chunk: a 32-value block or sub-block's 8, or one.
+    let per = clamp(BLOCK / 4u, 1u, 8u);
     let chunks = p.k / (4u * per);
     // Row set-up and the store below are spelled out again in matmul_lanes.wgsl's matvec_lanes:
     // moved into shared helper functions, lavapipe ran both kernels ~1.4× slower.
@@ -184,7 +109,7 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
     for (var j = 0u; j < R; j++) {
         let n = n0 + j * G;
         if n < p.n {
-            store(t * p.n + n, finish(dot(acc[j], vec4<f32>(1.0)), ss));
+            store(t, n, finish(dot(acc[j], vec4<f32>(1.0)), ss));
         }
     }
 }
@@ -204,8 +129,8 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     let s = lid / G;
     let n = wid.x * G + r;
     let rb = row_base(min(n, p.n - 1u));
-    // x quads a chunk: a block's, or one.
-    let per = max(BLOCK / 4u, 1u);
+    // x quads a chunk: a 32-value block or sub-block's 8, or one.
+    let per = clamp(BLOCK / 4u, 1u, 8u);
     let chunks = p.k / (4u * per);
     var xv: array<vec4<f32>, 8>;
     var acc = vec4<f32>(0.0);
@@ -228,7 +153,7 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
             v += red[j * G + r];
             q += red_ss[j * G + r];
         }
-        store(t * p.n + n, finish(v, q));
+        store(t, n, finish(v, q));
     }
 }
 
@@ -272,7 +197,7 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         for (var ri = 0u; ri < 4u; ri++) {
             if n0 + ri < p.n {
-                store(t * p.n + n0 + ri, acc[ti][ri]);
+                store(t, n0 + ri, acc[ti][ri]);
             }
         }
     }

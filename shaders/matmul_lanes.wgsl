@@ -1,7 +1,8 @@
 // Matrix-vector product for CPU adapters with subgroups of at least 8 lanes (ops::Variant::Lanes),
-// block formats FMT_Q8_0 and FMT_Q4_1 (the `lanes` column of FORMATS). Appended to matmul.wgsl
-// (ops/matmul.rs concatenates them), whose layout, bindings, x_at, dot_chunk, finish, store,
-// FORMAT, XLOAD, ACC, WG, G and R it uses: a module of its own, because subgroup operations need
+// every block format (`matvec_lanes`), and a tiled matmul for FMT_Q8_0 and FMT_Q4_1 (the `lanes`
+// column of FORMATS: `matmul_lanes`). Appended to quant.wgsl and matmul.wgsl (ops/matmul.rs
+// concatenates them), whose layout, bindings, x_at, dot_chunk, finish, store, FORMAT, XLOAD, ACC,
+// WG, G and R it uses: a module of its own, because subgroup operations need
 // the device's SUBGROUP feature (no `enable subgroups;`: naga, wgpu 30, rejects it, so the kernel
 // is used natively only).
 //
@@ -50,7 +51,7 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
     for (var j = 0u; j < R; j++) {
         let n = n0 + j * G;
         if n < p.n {
-            store(t * p.n + n, finish(dot(acc[j], vec4<f32>(1.0)), ss));
+            store(t, n, finish(dot(acc[j], vec4<f32>(1.0)), ss));
         }
     }
 }
@@ -64,8 +65,8 @@ fn tokens_hi(v: vec4<f32>) -> mat4x4<f32> {
     return mat4x4<f32>(subgroupBroadcast(v, 1u), subgroupBroadcast(v, 3u), subgroupBroadcast(v, 5u), subgroupBroadcast(v, 7u));
 }
 
-// Word `i` of the current block of four rows (block word 0 at b), 4 values each, as the columns
-// of a matrix: Q4_1 nibbles at `shift`, or Q8_0 bytes.
+// Word `i` of the current block bodies of four rows (at b), 4 values each, as the columns of a
+// matrix: Q4_1 nibbles at `shift`, or Q8_0 bytes.
 fn rows4(b: vec4<u32>, i: u32, shift: u32) -> mat4x4<f32> {
     let o = i * G;
     if FORMAT == FMT_Q8_0 {
@@ -90,8 +91,6 @@ fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup
     let k4n = p.k / 4u;
     let l = sl % 8u;
     let xb = min(t0 + l / 2u, p.t - 1u) * k4n + (l % 2u) * 4u;
-    // Words a block: FMT_Q8_0 9, FMT_Q4_1 5.
-    let words = select(5u, 9u, FORMAT == FMT_Q8_0);
     // acc[c][t]: row c, token t.
     var acc = mat4x4<f32>();
     for (var c = 0u; c < p.k / 32u; c++) {
@@ -99,15 +98,21 @@ fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup
         let x1 = x[xb + c * 8u + 1u];
         let x2 = x[xb + c * 8u + 2u];
         let x3 = x[xb + c * 8u + 3u];
-        let b = r + vec4<u32>(c * words * G);
-        let h = vec4<f32>(unpack2x16float(w[b.x]).x, unpack2x16float(w[b.y]).x, unpack2x16float(w[b.z]).x, unpack2x16float(w[b.w]).x);
+        // Each row's block body, and its scale d (split out for Q8_0, word 0 of Q4_1's body).
+        let b = vec4<u32>(blk(r.x, c), blk(r.y, c), blk(r.z, c), blk(r.w, c));
+        var h: vec4<f32>;
+        if FORMAT == FMT_Q8_0 {
+            h = vec4<f32>(blk_d(r.x, c), blk_d(r.y, c), blk_d(r.z, c), blk_d(r.w, c));
+        } else {
+            h = vec4<f32>(unpack2x16float(w[b.x]).x, unpack2x16float(w[b.y]).x, unpack2x16float(w[b.z]).x, unpack2x16float(w[b.w]).x);
+        }
         // s[c][t]: Σ x·q over the block for row c, token t (transpose: rows of quads · quads).
         var s: mat4x4<f32>;
         if FORMAT == FMT_Q8_0 {
-            s = transpose(tokens_lo(x0)) * rows4(b, 1u, 0u) + transpose(tokens_lo(x1)) * rows4(b, 2u, 0u)
-              + transpose(tokens_lo(x2)) * rows4(b, 3u, 0u) + transpose(tokens_lo(x3)) * rows4(b, 4u, 0u)
-              + transpose(tokens_hi(x0)) * rows4(b, 5u, 0u) + transpose(tokens_hi(x1)) * rows4(b, 6u, 0u)
-              + transpose(tokens_hi(x2)) * rows4(b, 7u, 0u) + transpose(tokens_hi(x3)) * rows4(b, 8u, 0u);
+            s = transpose(tokens_lo(x0)) * rows4(b, 0u, 0u) + transpose(tokens_lo(x1)) * rows4(b, 1u, 0u)
+              + transpose(tokens_lo(x2)) * rows4(b, 2u, 0u) + transpose(tokens_lo(x3)) * rows4(b, 3u, 0u)
+              + transpose(tokens_hi(x0)) * rows4(b, 4u, 0u) + transpose(tokens_hi(x1)) * rows4(b, 5u, 0u)
+              + transpose(tokens_hi(x2)) * rows4(b, 6u, 0u) + transpose(tokens_hi(x3)) * rows4(b, 7u, 0u);
             acc += mat4x4<f32>(s[0] * h.x, s[1] * h.y, s[2] * h.z, s[3] * h.w);
         } else { // FMT_Q4_1
             s = transpose(tokens_lo(x0)) * rows4(b, 1u, 0u) + transpose(tokens_hi(x0)) * rows4(b, 1u, 4u)
@@ -124,7 +129,7 @@ fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup
     for (var ri = 0u; ri < 4u; ri++) {
         for (var ti = 0u; ti < 4u; ti++) {
             if n0 + ri < p.n && t0 + ti < p.t {
-                store((t0 + ti) * p.n + n0 + ri, acc[ri][ti]);
+                store(t0 + ti, n0 + ri, acc[ri][ti]);
             }
         }
     }

@@ -4,7 +4,6 @@
 
 use hotprefix::ops::Variant;
 use hotprefix::quant::Format;
-use hotprefix::quant::Format::{F16, F32, Q4_1, Q8_0};
 use hotprefix::selftest::{Check, Fused};
 
 mod dual;
@@ -55,35 +54,74 @@ macro_rules! gpu_test {
     };
 }
 
+/// Matmul checks of `format` at `shapes`, K rounded up to the format's block.
 fn mm(format: Format, shapes: &[(usize, usize, usize)]) -> Vec<Check> {
-    shapes.iter().map(|&(t, k, n)| Check::Matmul { format, t, k, n }).collect()
+    shapes.iter().map(|&(t, k, n)| Check::Matmul { format, t, k: k.next_multiple_of(format.block()), n }).collect()
 }
 
-// Odd T and N (not multiples of any workgroup size), T = 1 (matvec), T ≥ 4 (tiled), large K.
+// Odd T and N (not multiples of any workgroup size), T = 1 (matvec), T ≥ 4 (tiled), large K; for
+// the 256-value formats K rounds up (576 → 768: an odd number of 256-blocks).
 #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 const NATIVE_MM: &[(usize, usize, usize)] =
     &[(1, 576, 577), (1, 4096, 67), (3, 64, 129), (4, 96, 5), (13, 576, 203), (37, 1536, 33), (2, 32, 1)];
 #[allow(dead_code)] // used by the browser build only
 const BROWSER_MM: &[(usize, usize, usize)] = &[(1, 96, 37), (5, 64, 19)];
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+const FLOAT_MM: &[(usize, usize, usize)] = &[(1, 100, 33), (9, 36, 17), (1, 2048, 65)];
 
-gpu_test!(matmul_f32, native: mm(Format::F32, &[(1, 100, 33), (9, 36, 17), (1, 2048, 65)]), browser: mm(Format::F32, BROWSER_MM));
-gpu_test!(matmul_f16, native: mm(Format::F16, &[(1, 100, 33), (9, 36, 17), (1, 2048, 65)]), browser: mm(Format::F16, BROWSER_MM));
-gpu_test!(matmul_q8_0, native: mm(Format::Q8_0, NATIVE_MM), browser: mm(Format::Q8_0, BROWSER_MM));
-gpu_test!(matmul_q4_1, native: mm(Format::Q4_1, NATIVE_MM), browser: mm(Format::Q4_1, BROWSER_MM));
+/// One test a format: matmul (tiled on every variant, matrix-vector at T = 1) and the embedding
+/// lookup.
+macro_rules! format_test {
+    ($name:ident, $format:expr, $native:expr) => {
+        gpu_test!($name,
+            native: { let mut v = mm($format, $native); v.extend(embeds($format, &[(1, 1000, 576), (33, 4099, 96)])); v },
+            browser: { let mut v = mm($format, BROWSER_MM); v.extend(embeds($format, &[(4, 50, 64)])); v });
+    };
+}
+
+fn embeds(format: Format, shapes: &[(usize, usize, usize)]) -> Vec<Check> {
+    shapes.iter().map(|&(t, vocab, dim)| Check::Embed { format, t, vocab, dim: dim.next_multiple_of(format.block()) }).collect()
+}
+
+format_test!(format_f32, Format::F32, FLOAT_MM);
+format_test!(format_f16, Format::F16, FLOAT_MM);
+format_test!(format_bf16, Format::BF16, FLOAT_MM);
+format_test!(format_q8_0, Format::Q8_0, NATIVE_MM);
+format_test!(format_q4_0, Format::Q4_0, NATIVE_MM);
+format_test!(format_q4_1, Format::Q4_1, NATIVE_MM);
+format_test!(format_q5_0, Format::Q5_0, NATIVE_MM);
+format_test!(format_q5_1, Format::Q5_1, NATIVE_MM);
+format_test!(format_iq4_nl, Format::IQ4_NL, NATIVE_MM);
+format_test!(format_q2_k, Format::Q2_K, NATIVE_MM);
+format_test!(format_q3_k, Format::Q3_K, NATIVE_MM);
+format_test!(format_q4_k, Format::Q4_K, NATIVE_MM);
+format_test!(format_q5_k, Format::Q5_K, NATIVE_MM);
+format_test!(format_q6_k, Format::Q6_K, NATIVE_MM);
+format_test!(format_iq4_xs, Format::IQ4_XS, NATIVE_MM);
+
+#[test]
+#[cfg(not(target_arch = "wasm32"))]
+fn every_format_has_its_kernel_test() {
+    let src = include_str!("kernels.rs");
+    for f in Format::ALL {
+        assert!(src.contains(&format!("format_test!(format_{}, Format::{},", f.name().to_lowercase(), f.name())), "no format_test! for {}", f.name());
+    }
+}
 
 gpu_test!(matmul_accumulate,
     native: [Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 576, n: 577 }, Check::MatmulAcc { format: Format::Q4_1, t: 13, k: 1536, n: 67 },
-             Check::MatmulAcc { format: Format::Q8_0, t: 2, k: 64, n: 9 }],
+             Check::MatmulAcc { format: Format::Q8_0, t: 2, k: 64, n: 9 }, Check::MatmulAcc { format: Format::Q4_K, t: 5, k: 512, n: 37 }],
     browser: [Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 64, n: 33 }, Check::MatmulAcc { format: Format::Q4_1, t: 5, k: 64, n: 33 }]);
 
-/// The decode projections on both matrix-vector kernels (whatever the adapter would pick), every
+/// The decode projections on every matrix-vector kernel (whatever the adapter would pick), every
 /// weight format and fused op, odd N, from a later row of x, with and without the residual add.
 fn matvecs(shapes: &[(usize, usize)]) -> Vec<Check> {
     let mut v = Vec::new();
     for kind in [Variant::Rows, Variant::Lanes, Variant::Coop] {
-        for (i, format) in [F32, F16, Q8_0, Q4_1].into_iter().enumerate() {
+        for (i, format) in Format::ALL.into_iter().enumerate() {
             for (j, op) in [Fused::None, Fused::RmsNorm, Fused::SwiGlu].into_iter().enumerate() {
                 let (k, n) = shapes[(i + j) % shapes.len()];
+                let k = k.next_multiple_of(format.block());
                 v.push(Check::Matvec { format, k, n, x_row: (i + j) % 3, op, acc: j == 2, kind });
             }
         }
@@ -94,6 +132,14 @@ fn matvecs(shapes: &[(usize, usize)]) -> Vec<Check> {
 gpu_test!(matvec_fused,
     native: matvecs(&[(576, 577), (1536, 67), (64, 1), (2048, 129), (96, 4099)]),
     browser: matvecs(&[(64, 37), (96, 5)]));
+
+// Weights in parts: two formats in one matrix (a fused projection of a K-quant file), each split by
+// rows across bindings (a weight larger than one binding).
+gpu_test!(weight_parts,
+    native: [Check::Parts { formats: [Format::Q5_0, Format::Q8_0], t: 6, k: 576, n: 500, group_rows: 3 },
+             Check::Parts { formats: [Format::Q4_K, Format::Q6_K], t: 1, k: 512, n: 97, group_rows: 1 },
+             Check::Parts { formats: [Format::F32, Format::IQ4_XS], t: 9, k: 256, n: 64, group_rows: 1 }],
+    browser: [Check::Parts { formats: [Format::Q6_K, Format::Q8_0], t: 5, k: 256, n: 150, group_rows: 1 }]);
 
 gpu_test!(rmsnorm,
     native: [Check::RmsNorm { rows: 1, dim: 576 }, Check::RmsNorm { rows: 67, dim: 1001 }],
@@ -107,10 +153,6 @@ gpu_test!(rope,
 gpu_test!(swiglu,
     native: [Check::SwiGlu { t: 1, f: 1536 }, Check::SwiGlu { t: 45, f: 97 }],
     browser: [Check::SwiGlu { t: 3, f: 37 }]);
-
-gpu_test!(embed,
-    native: [Check::Embed { t: 1, vocab: 1000, dim: 576 }, Check::Embed { t: 33, vocab: 4099, dim: 96 }],
-    browser: [Check::Embed { t: 4, vocab: 50, dim: 64 }]);
 
 gpu_test!(argmax,
     native: [Check::Argmax { rows: 1, n: 49152 }, Check::Argmax { rows: 5, n: 1001 }, Check::ArgmaxFeed { n: 49152, slot: 5 }],

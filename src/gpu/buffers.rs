@@ -42,7 +42,7 @@ impl Gpu {
     }
 
     fn check_binding(&self, what: &str, bytes: u64) -> Result<()> {
-        let limit = self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size);
+        let limit = self.binding_limit();
         if bytes > limit {
             return Err(Error::TooLarge { what: what.to_string(), bytes, limit });
         }

@@ -204,6 +204,12 @@ impl Gpu {
         &self.info
     }
 
+    /// The most bytes one storage buffer may hold and bind: the smaller of the binding and buffer
+    /// limits (weights larger than this are split by rows, `ops::Weight`).
+    pub fn binding_limit(&self) -> u64 {
+        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
+    }
+
     /// The device's limits (the adapter's own, as requested).
     pub fn limits(&self) -> &wgpu::Limits {
         &self.limits

@@ -105,7 +105,7 @@ impl Sink for Upload<'_> {
     type Vector = wgpu::Buffer;
     async fn matrix(&mut self, name: &str, format: Format, gguf_bytes: Cow<'_, [u8]>, n: usize, k: usize) -> Result<Weight> {
         let w = Weight::upload_owned(self.gpu, name, format, gguf_bytes, n, k).await?;
-        self.bytes += w.buf.size();
+        self.bytes += w.bytes();
         Ok(w)
     }
     async fn vector(&mut self, name: &str, v: Vec<f32>) -> Result<wgpu::Buffer> {

@@ -1,21 +1,27 @@
-//! Rows of a Q8_0 embedding table (`shaders/embed.wgsl`).
+//! Rows of an embedding table in any weight format (`shaders/embed.wgsl`, decoding with
+//! `quant.wgsl`): one dispatch a part of the table.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Kernel};
-use crate::model::quant::Format;
 
 use super::{groups_1d, need, u, Weight};
 
-static EMBED: Kernel = kernel!("embed", "main", [Read, Read, ReadWrite]);
+static EMBED: Kernel = Kernel {
+    name: "embed",
+    source: concat!(include_str!("../../shaders/quant.wgsl"), include_str!("../../shaders/embed.wgsl")),
+    entry: "main",
+    bindings: &[Read, Read, ReadWrite],
+};
 
-/// `y[i, :] = table[tokens[i], :]` from a Q8_0 table. Token ids are checked by the caller
-/// (the shader clamps to the last row rather than read out of bounds).
+/// `y[i, :] = table[tokens[i], :]`. Token ids are checked by the caller (a row past the table is
+/// written by no part).
 pub fn embed(b: &mut Batch, tokens: &wgpu::Buffer, table: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
-    if table.format != Format::Q8_0 {
-        return Err(Error::shape("embed", format!("table is {}, the kernel reads Q8_0", table.format.name())));
-    }
     need("embed", "tokens", tokens, t)?;
     need("embed", "y", y, t * table.k)?;
-    let params = [u(t), u(table.k), u(table.n), u(table.format.gpu_row_words(table.k))];
-    b.dispatch(&EMBED, &[], &params, &[tokens, &table.buf, y], groups_1d(b.gpu(), t * table.k))
+    for part in &table.parts {
+        let consts = super::matmul::format_consts(part.format);
+        let params = [u(t), u(table.k), u(part.n), u(part.format.gpu_row_words(table.k)), u(part.row0)];
+        b.dispatch(&EMBED, &consts, &params, &[tokens, &part.buf, y], groups_1d(b.gpu(), t * table.k / 4))?;
+    }
+    Ok(())
 }

@@ -8,17 +8,26 @@ use crate::model::quant::{self, Format};
 
 use super::{need, u, Variant};
 
-static MATVEC: Kernel = kernel!("matmul", "matvec", [Read, Read, ReadWrite, Read]);
-static MATVEC_COOP: Kernel = kernel!("matmul", "matvec_coop", [Read, Read, ReadWrite, Read]);
-// matmul_lanes.wgsl uses matmul.wgsl's layout, bindings and helpers: one module of the two.
+// matmul.wgsl decodes weights with quant.wgsl, and matmul_lanes.wgsl uses both: one module.
+static MATVEC: Kernel = Kernel {
+    name: "matmul",
+    source: concat!(include_str!("../../shaders/quant.wgsl"), include_str!("../../shaders/matmul.wgsl")),
+    entry: "matvec",
+    bindings: &[Read, Read, ReadWrite, Read],
+};
+static MATVEC_COOP: Kernel = Kernel { entry: "matvec_coop", ..MATVEC };
+static MATMUL: Kernel = Kernel { entry: "matmul", bindings: &[Read, Read, ReadWrite], ..MATVEC };
 static MATVEC_LANES: Kernel = Kernel {
     name: "matmul_lanes",
-    source: concat!(include_str!("../../shaders/matmul.wgsl"), include_str!("../../shaders/matmul_lanes.wgsl")),
+    source: concat!(
+        include_str!("../../shaders/quant.wgsl"),
+        include_str!("../../shaders/matmul.wgsl"),
+        include_str!("../../shaders/matmul_lanes.wgsl")
+    ),
     entry: "matvec_lanes",
     bindings: &[Read, Read, ReadWrite, Read],
 };
 static MATMUL_LANES: Kernel = Kernel { entry: "matmul_lanes", bindings: &[Read, Read, ReadWrite], ..MATVEC_LANES };
-static MATMUL: Kernel = kernel!("matmul", "matmul", [Read, Read, ReadWrite]);
 
 /// Workgroup size of the matmul kernels along N.
 const MM_WG: u32 = 64;
@@ -31,16 +40,29 @@ const MV_MIN_GROUPS_CPU: usize = 3;
 /// Token count from which `matmul` uses the 4×4-tiled kernel instead of the matrix-vector one.
 const TILE_FROM: usize = 4;
 
-/// A weight matrix `[n, k]` on the GPU in its quantized form.
+/// A weight matrix `[n, k]` on the GPU in its quantized form: one or more parts, each a range of
+/// rows in one format and one buffer. A matrix has several parts when it is larger than one
+/// binding (`max_storage_buffer_binding_size`: split by rows), or when it fuses tensors of
+/// different formats (a Q4_K_M file's Q|K|V: Q5_0, Q5_0, Q8_0).
 pub struct Weight {
-    /// The matrix in the GPU layout (`quant::to_gpu_layout`).
-    pub buf: wgpu::Buffer,
-    /// Its format.
-    pub format: Format,
+    /// The parts, in row order, covering rows `0..n`.
+    pub parts: Vec<Part>,
     /// Output features (rows).
     pub n: usize,
     /// Input features (columns).
     pub k: usize,
+}
+
+/// Rows `row0 .. row0 + n` of a [`Weight`], in one format and one buffer.
+pub struct Part {
+    /// The rows in the GPU layout (`quant::to_gpu_layout`).
+    pub buf: wgpu::Buffer,
+    /// Their format.
+    pub format: Format,
+    /// The first row.
+    pub row0: usize,
+    /// Rows.
+    pub n: usize,
 }
 
 impl Weight {
@@ -49,8 +71,10 @@ impl Weight {
         Self::upload_owned(gpu, name, format, std::borrow::Cow::Borrowed(gguf_bytes), n, k).await
     }
 
-    /// [`Self::upload`] that frees `gguf_bytes` (when owned) once converted, before the upload:
-    /// a model load holds one tensor's file bytes or its GPU layout at a time, not both.
+    /// [`Self::upload`] that frees `gguf_bytes` (when owned) once uploaded. Converts and uploads
+    /// one part (at most one binding) at a time: a load holds the file's bytes of one tensor and
+    /// the GPU layout of one part. A matrix larger than a binding is split by rows into parts of
+    /// whole row groups; one whose single row group is larger is refused ([`Error::TooLarge`]).
     pub async fn upload_owned(
         gpu: &Gpu,
         name: &str,
@@ -59,11 +83,72 @@ impl Weight {
         n: usize,
         k: usize,
     ) -> Result<Weight> {
-        let words = gpu_layout(name, format, &gguf_bytes, n, k)?;
-        drop(gguf_bytes);
-        let buf = gpu.upload(name, &words).await?;
-        Ok(Weight { buf, format, n, k })
+        Self::upload_limited(gpu, name, format, gguf_bytes, n, k, gpu.binding_limit()).await
     }
+
+    /// [`Self::upload_owned`] with parts of at most `limit` bytes (the binding limit, or less in
+    /// tests of the split).
+    pub async fn upload_limited(
+        gpu: &Gpu,
+        name: &str,
+        format: Format,
+        gguf_bytes: std::borrow::Cow<'_, [u8]>,
+        n: usize,
+        k: usize,
+        limit: u64,
+    ) -> Result<Weight> {
+        let rows = part_rows(limit.min(gpu.binding_limit()), name, format, n, k)?;
+        let row_bytes = format.row_bytes(k)?;
+        let mut parts = Vec::new();
+        for row0 in (0..n.max(1)).step_by(rows) {
+            let m = rows.min(n - row0);
+            let bytes = gguf_bytes.get(row0 * row_bytes..(row0 + m) * row_bytes).unwrap_or(&[]);
+            let words = gpu_layout(name, format, bytes, m, k)?;
+            let buf = gpu.upload(name, &words).await?;
+            parts.push(Part { buf, format, row0, n: m });
+        }
+        Ok(Weight { parts, n, k })
+    }
+
+    /// The matrix of `weights`' rows one after another (same `k`): a fused projection whose
+    /// tensors are uploaded apart (they differ in format).
+    pub fn concat(weights: Vec<Weight>) -> Result<Weight> {
+        let k = weights.first().map_or(0, |w| w.k);
+        let mut out = Weight { parts: Vec::new(), n: 0, k };
+        for w in weights {
+            if w.k != k {
+                return Err(Error::shape("matmul", format!("fusing rows of {} values with rows of {k}", w.k)));
+            }
+            out.parts.extend(w.parts.into_iter().map(|p| Part { row0: p.row0 + out.n, ..p }));
+            out.n += w.n;
+        }
+        Ok(out)
+    }
+
+    /// The format of the matrix's first part (all of it unless it fuses several formats).
+    pub fn format(&self) -> Format {
+        self.parts.first().map_or(Format::F32, |p| p.format)
+    }
+
+    /// Bytes on the GPU.
+    pub fn bytes(&self) -> u64 {
+        self.parts.iter().map(|p| p.buf.size()).sum()
+    }
+}
+
+/// Rows a part of an `[n, k]` matrix of `format` may hold under a binding limit of `limit` bytes
+/// (whole row groups), or [`Error::TooLarge`] naming the weight when one row group is larger.
+pub(crate) fn part_rows(limit: u64, name: &str, format: Format, n: usize, k: usize) -> Result<usize> {
+    let group = (format.gpu_row_words(k) * 4 * quant::ROW_GROUP) as u64;
+    let whole = format.gpu_bytes(n, k)? as u64;
+    if whole <= limit {
+        return Ok(n.max(1));
+    }
+    let groups = limit / group.max(1);
+    if groups == 0 {
+        return Err(Error::TooLarge { what: format!("{name} ({} rows of {k} values, split by row groups of {})", format.name(), quant::ROW_GROUP), bytes: group, limit });
+    }
+    Ok(groups as usize * quant::ROW_GROUP)
 }
 
 /// The GPU layout of the `[n, k]` matrix `name` (`quant::to_gpu_layout`, which checks shape and
@@ -85,7 +170,7 @@ pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: 
 /// does not depend on which other rows share the dispatch, so a prompt computed in any split into
 /// chunks — a cached prefix and a new suffix, or all at once — gets the same K/V bit for bit:
 /// prefill uses it, decode the faster matrix-vector kernel. `kind` picks the tiled kernel
-/// (`Lanes`: `matmul_lanes` for the block formats; otherwise `matmul`).
+/// (`Lanes`: `matmul_lanes` for the formats it decodes; otherwise `matmul`).
 pub fn matmul_exact(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: Variant) -> Result<()> {
     matmul_into(b, x, w, y, t, acc, true, kind)
 }
@@ -111,12 +196,15 @@ fn matmul_into(
     if !tiled {
         return matvec_rows(b, x, 0, XLoad::Plain, w, y, t, acc, kind);
     }
-    let [format, block] = format_consts(w.format);
-    let consts = [format, block, ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
-    let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), 0, 0];
-    let groups = [u(w.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
-    let kernel = if lanes_block(b.gpu(), kind, w.format) { &MATMUL_LANES } else { &MATMUL };
-    b.dispatch(kernel, &consts, &params, &[x, &w.buf, y], groups)
+    for part in &w.parts {
+        let consts = format_consts(part.format);
+        let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
+        let params = [u(t), u(w.k), u(part.n), u(part.format.gpu_row_words(w.k)), 0, 0, u(w.n), u(part.row0)];
+        let groups = [u(part.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
+        let kernel = if lanes_tiled(b.gpu(), kind, part.format) { &MATMUL_LANES } else { &MATMUL };
+        b.dispatch(kernel, &consts, &params, &[x, &part.buf, y], groups)?;
+    }
+    Ok(())
 }
 
 /// What a matrix-vector kernel applies to x as it loads it: the op before the projection, fused.
@@ -166,46 +254,62 @@ fn matvec_rows(
     let width = if matches!(xl, XLoad::SwiGlu) { 2 * w.k } else { w.k };
     need("matvec", "x", x, (x_row + t) * width)?;
     need("matvec", "y", y, t * w.n)?;
-    let (xload, aux, eps) = match xl {
-        XLoad::Plain => (0, &w.buf, 0.0),
-        XLoad::RmsNorm { w: nw, eps } => {
+    let xload = match xl {
+        XLoad::Plain => 0,
+        XLoad::RmsNorm { w: nw, .. } => {
             need("matvec", "norm weight", nw, w.k)?;
-            (1, nw, eps)
+            1
         }
-        XLoad::SwiGlu => (2, &w.buf, 0.0),
+        XLoad::SwiGlu => 2,
     };
-    let params = [u(t), u(w.k), u(w.n), u(w.format.gpu_row_words(w.k)), u(x_row * width / 4), f32::to_bits(eps)];
-    let [format, block] = format_consts(w.format);
-    let consts = [format, block, ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
-    match kind {
-        Variant::Rows | Variant::Lanes => {
-            // As many rows per invocation as leave enough workgroups to keep every core busy.
-            let invocations = |r: usize| w.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
-            // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
-            // (fewer x loads per weight); real GPUs want many workgroups in flight.
-            let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
-            let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
-            let groups = [u(invocations(r)).div_ceil(MM_WG), u(t), 1];
-            let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", MM_WG as f64), ("R", r as f64)];
-            let kernel = if lanes_block(b.gpu(), kind, w.format) { &MATVEC_LANES } else { &MATVEC };
-            b.dispatch(kernel, &consts, &params, &[x, &w.buf, y, aux], groups)
-        }
-        Variant::Coop => {
-            let groups = [u(w.n.div_ceil(quant::ROW_GROUP)), u(t), 1];
-            b.dispatch(&MATVEC_COOP, &consts, &params, &[x, &w.buf, y, aux], groups)
+    for part in &w.parts {
+        let (aux, eps) = match xl {
+            XLoad::RmsNorm { w: nw, eps } => (nw, eps),
+            _ => (&part.buf, 0.0),
+        };
+        let params = [u(t), u(w.k), u(part.n), u(part.format.gpu_row_words(w.k)), u(x_row * width / 4), f32::to_bits(eps), u(w.n), u(part.row0)];
+        let fc = format_consts(part.format);
+        let consts = [fc[0], fc[1], fc[2], fc[3], ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
+        match kind {
+            Variant::Rows | Variant::Lanes => {
+                // As many rows per invocation as leave enough workgroups to keep every core busy.
+                let invocations = |r: usize| part.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
+                // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
+                // (fewer x loads per weight); real GPUs want many workgroups in flight.
+                let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
+                let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
+                let groups = [u(invocations(r)).div_ceil(MM_WG), u(t), 1];
+                let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", MM_WG as f64), ("R", r as f64)];
+                let kernel = if lanes_matvec(b.gpu(), kind, part.format) { &MATVEC_LANES } else { &MATVEC };
+                b.dispatch(kernel, &consts, &params, &[x, &part.buf, y, aux], groups)?;
+            }
+            Variant::Coop => {
+                let groups = [u(part.n.div_ceil(quant::ROW_GROUP)), u(t), 1];
+                b.dispatch(&MATVEC_COOP, &consts, &params, &[x, &part.buf, y, aux], groups)?;
+            }
         }
     }
+    Ok(())
 }
 
-/// The override constants that pick the weights' decode branch in matmul.wgsl: `FORMAT` (a
-/// `FMT_*` id) and `BLOCK` (values a block), from the format's row of the table.
-fn format_consts(f: Format) -> [(&'static str, f64); 2] {
-    [("FORMAT", f.shader_id()), ("BLOCK", f.block() as f64)]
+/// The override constants that pick the weights' decode branch in quant.wgsl: `FORMAT` (a `FMT_*`
+/// id), `BLOCK` (values a block), `BW` (u32 words of a block's body on the GPU) and `SPLIT`
+/// (whether each block's d sits in the row header), from the format's row of the table.
+pub(super) fn format_consts(f: Format) -> [(&'static str, f64); 4] {
+    let info = f.info();
+    let body = info.gguf_bytes - if info.split_d.is_some() { 2 } else { 0 };
+    [("FORMAT", f.shader_id()), ("BLOCK", f.block() as f64), ("BW", (body / 4).max(1) as f64), ("SPLIT", info.split_d.is_some() as u32 as f64)]
 }
 
-/// Whether `kind` runs `matmul_lanes.wgsl` on weights of `format`: the formats it decodes (the
-/// `lanes` column of the format table), where 8 lanes share a block's x by subgroup broadcast
-/// (subgroups of at least 8 lanes).
-fn lanes_block(gpu: &Gpu, kind: Variant, format: Format) -> bool {
+/// Whether `kind` runs `matmul_lanes.wgsl`'s tiled `matmul_lanes` on weights of `format`: the
+/// formats it decodes (the `lanes` column of the format table), where 8 lanes share a block's x by
+/// subgroup broadcast (subgroups of at least 8 lanes).
+fn lanes_tiled(gpu: &Gpu, kind: Variant, format: Format) -> bool {
     kind == Variant::Lanes && format.info().lanes && gpu.caps.subgroup_size.is_some_and(|n| n >= 8)
+}
+
+/// Whether `kind` runs `matvec_lanes` on weights of `format`: every block format (its chunks are
+/// 32 values, broadcast by 8 lanes).
+fn lanes_matvec(gpu: &Gpu, kind: Variant, format: Format) -> bool {
+    kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8)
 }

@@ -8,7 +8,7 @@ use crate::gpu::{Batch, Gpu};
 use crate::model::quant::{self, Format};
 use crate::ops::{self, AttnShape, KvPages, KvSource, RopeShape, Split, Variant, Weight, XLoad};
 
-use super::{compare, execute, ops_once, Check, Fused, Report};
+use super::{compare, execute, ops_once, weights, Check, Fused, Report};
 
 impl Check {
     /// Runs the check; with `reps > 0` also times `reps` back-to-back runs of the kernel.
@@ -22,7 +22,7 @@ impl Check {
                 let width = if op == Fused::SwiGlu { 2 * k } else { k };
                 let x = rng.vec((x_row + 1) * width, 1.0);
                 let nw = rng.vec(k, 1.0);
-                let wq = quant::quantize(format, &rng.vec(n * k, 0.5))?;
+                let wq = weights(&mut rng, format, n * k, 0.5)?;
                 let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
                 let (xb, nwb) = (gpu.upload("x", &x).await?, gpu.upload("norm weight", &nw).await?);
                 let y0 = rng.vec(n, 1.0);
@@ -50,7 +50,7 @@ impl Check {
                 } else {
                     None
                 };
-                Ok(Report::timed(name, max_err, ms, w.buf.size() as f64, "GB/s"))
+                Ok(Report::timed(name, max_err, ms, w.bytes() as f64, "GB/s"))
             }
             Check::RmsNorm { rows, dim } => {
                 let x = rng.vec(rows * dim, 2.0);
@@ -89,19 +89,21 @@ impl Check {
                 let max_err = compare(&name, "y", &got, &want, |i| 1e-6 + 1e-5 * want[i].abs())?;
                 Ok(Report::timed(name, max_err, ms, (t * f * 12) as f64, "GB/s"))
             }
-            Check::Embed { t, vocab, dim } => {
-                let table = quant::quantize(Format::Q8_0, &rng.vec(vocab * dim, 1.0))?;
+            Check::Embed { format, t, vocab, dim } => {
+                let table = weights(&mut rng, format, vocab * dim, 1.0)?;
                 let mut tokens: Vec<u32> = (0..t).map(|_| rng.below(vocab) as u32).collect();
                 tokens[0] = vocab as u32 - 1;
-                let w = Weight::upload(gpu, "embeddings", Format::Q8_0, &table, vocab, dim).await?;
+                let w = Weight::upload(gpu, "embeddings", format, &table, vocab, dim).await?;
                 let tb = gpu.upload("tokens", &tokens).await?;
                 let yb = gpu.storage("y", 4 * (t * dim) as u64).await?;
                 ops_once(gpu, |b| ops::embed(b, &tb, &w, &yb, t)).await?;
                 let got = gpu.read_f32(&yb, t * dim).await?;
-                let want = oracle::embed(&quant::dequantize(Format::Q8_0, &table)?, &tokens, dim);
-                let max_err = compare(&name, "y", &got, &want, |_| 0.0)?;
+                let want = oracle::embed(&quant::dequantize(format, &table)?, &tokens, dim);
+                // The GPU computes d·q − m as the oracle does, but may fuse it (an FMA).
+                let max_err = compare(&name, "y", &got, &want, |i| 1e-6 + 1e-6 * want[i].abs())?;
                 Ok(Report { name, max_err, ms: None, rate: None })
             }
+            Check::Parts { formats, t, k, n, group_rows } => parts(gpu, &mut rng, name, formats, [t, k, n], group_rows).await,
             Check::Argmax { rows, n } => {
                 let mut x = rng.vec(rows * n, 10.0);
                 // A tie (the lower index must win) and a NaN (must never win) in row 0.
@@ -227,9 +229,49 @@ impl Check {
     }
 }
 
+/// A matrix of two formats (rows `..n/2` and `n/2..`), each split into parts of `group_rows` row
+/// groups: the matmul on every kernel, and the lookup of rows from both halves.
+async fn parts(gpu: &Gpu, rng: &mut Rng, name: String, formats: [Format; 2], [t, k, n]: [usize; 3], group_rows: usize) -> Result<Report> {
+    let half = n / 2;
+    let (wa, wb) = (weights(rng, formats[0], half * k, 0.5)?, weights(rng, formats[1], (n - half) * k, 0.5)?);
+    let limit = |f: Format| (group_rows * f.gpu_row_words(k) * 4 * quant::ROW_GROUP) as u64;
+    let a = Weight::upload_limited(gpu, "w", formats[0], std::borrow::Cow::Borrowed(&wa), half, k, limit(formats[0])).await?;
+    let b = Weight::upload_limited(gpu, "w", formats[1], std::borrow::Cow::Borrowed(&wb), n - half, k, limit(formats[1])).await?;
+    let want_parts = half.div_ceil(group_rows * quant::ROW_GROUP) + (n - half).div_ceil(group_rows * quant::ROW_GROUP);
+    let w = Weight::concat(vec![a, b])?;
+    if w.parts.len() != want_parts || w.n != n {
+        return Err(Error::Mismatch(format!("{name}: {} parts of {} rows, expected {want_parts} of {n}", w.parts.len(), w.n)));
+    }
+    let mut values = quant::dequantize(formats[0], &wa)?;
+    values.extend(quant::dequantize(formats[1], &wb)?);
+    let x = rng.vec(t * k, 1.0);
+    let xb = gpu.upload("x", &x).await?;
+    let yb = gpu.storage("y", 4 * (t * n) as u64).await?;
+    let (want, mag) = oracle::matmul(&x, &values, t, k, n);
+    let mut max_err = 0f32;
+    for kind in Variant::available(gpu) {
+        ops_once(gpu, |b| ops::matmul_exact(b, &xb, &w, &yb, t, false, kind)).await?;
+        let got = gpu.read_f32(&yb, t * n).await?;
+        max_err = max_err.max(compare(&name, &format!("y (tiled, {kind:?})"), &got, &want, |i| 1e-5 + 2e-5 * mag[i])?);
+        ops_once(gpu, |b| ops::matvec(b, &xb, t - 1, XLoad::Plain, &w, &yb, false, kind)).await?;
+        let got = gpu.read_f32(&yb, n).await?;
+        let last = (t - 1) * n;
+        max_err = max_err.max(compare(&name, &format!("y (matvec, {kind:?})"), &got, &want[last..], |i| 1e-5 + 3e-5 * mag[last + i])?);
+    }
+    // Rows from both halves and from every part.
+    let tokens: Vec<u32> = (0..n as u32).rev().step_by(7).chain([0, half as u32]).collect();
+    let tb = gpu.upload("tokens", &tokens).await?;
+    let eb = gpu.storage("rows", 4 * (tokens.len() * k) as u64).await?;
+    ops_once(gpu, |b| ops::embed(b, &tb, &w, &eb, tokens.len())).await?;
+    let got = gpu.read_f32(&eb, tokens.len() * k).await?;
+    let want = oracle::embed(&values, &tokens, k);
+    max_err = max_err.max(compare(&name, "rows", &got, &want, |i| 1e-6 + 1e-6 * want[i].abs())?);
+    Ok(Report { name, max_err, ms: None, rate: None })
+}
+
 async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], format: Format, acc: bool, reps: usize) -> Result<Report> {
     let x = rng.vec(t * k, 1.0);
-    let wq = quant::quantize(format, &rng.vec(n * k, 0.5))?;
+    let wq = weights(rng, format, n * k, 0.5)?;
     let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
     let xb = gpu.upload("x", &x).await?;
     let y0 = rng.vec(t * n, 1.0);
@@ -253,7 +295,7 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
         let got = gpu.read_f32(&yb, t * n).await?;
         max_err = max_err.max(compare(&name, &format!("y (tiled, {kind:?})"), &got, &want, |i| 1e-5 + 2e-5 * mag[i])?);
     }
-    let (work, unit) = if t == 1 { (w.buf.size() as f64, "GB/s") } else { (2.0 * (t * k * n) as f64, "GFLOP/s") };
+    let (work, unit) = if t == 1 { (w.bytes() as f64, "GB/s") } else { (2.0 * (t * k * n) as f64, "GFLOP/s") };
     Ok(Report::timed(name, max_err, ms, work, unit))
 }
 

@@ -82,14 +82,32 @@ pub enum Check {
         /// Values per output row (FFN width).
         f: usize,
     },
-    /// Embedding lookup in a Q8_0 table.
+    /// Embedding lookup in a table of `format`.
     Embed {
+        /// The table's format.
+        format: Format,
         /// Tokens looked up (the first is the last id of the table).
         t: usize,
         /// Rows of the table.
         vocab: usize,
         /// Values per row.
         dim: usize,
+    },
+    /// A matrix in parts: its first `n / 2` rows in `formats[0]`, the rest in `formats[1]` (a
+    /// fused projection of two formats), each split by rows into parts of `group_rows` row groups
+    /// (a weight larger than one binding): `y = x · Wᵀ` on the tiled and matrix-vector kernels,
+    /// and the embedding lookup, against the oracle.
+    Parts {
+        /// The formats of the two halves.
+        formats: [Format; 2],
+        /// Rows of x (tokens).
+        t: usize,
+        /// Row length.
+        k: usize,
+        /// Rows of W.
+        n: usize,
+        /// Row groups (of `quant::ROW_GROUP` rows) a part holds at most.
+        group_rows: usize,
     },
     /// Argmax of each row, with a tie (the lower index must win) and a NaN (must never win).
     Argmax {
@@ -205,7 +223,10 @@ impl Check {
                 format!("rope T={t} heads={heads}+{extra_heads} hd={head_dim} max_pos={max_pos}")
             }
             Check::SwiGlu { t, f } => format!("swiglu T={t} F={f}"),
-            Check::Embed { t, vocab, dim } => format!("embed Q8_0 T={t} vocab={vocab} dim={dim}"),
+            Check::Embed { format, t, vocab, dim } => format!("embed {} T={t} vocab={vocab} dim={dim}", format.name()),
+            Check::Parts { formats, t, k, n, group_rows } => {
+                format!("parts {}|{} T={t} K={k} N={n} rows/part={}", formats[0].name(), formats[1].name(), group_rows * quant::ROW_GROUP)
+            }
             Check::Argmax { rows, n } => format!("argmax rows={rows} n={n}"),
             Check::ArgmaxFeed { n, slot } => format!("argmax feed n={n} slot={slot}"),
             Check::TopK { n, k, cap, window, flat } => {
@@ -228,15 +249,19 @@ impl Check {
     pub fn small_suite() -> Vec<Check> {
         let mut v: Vec<Check> = Vec::new();
         for format in Format::ALL {
-            v.push(Check::Matmul { format, t: 1, k: 96, n: 37 });
-            v.push(Check::Matmul { format, t: 7, k: 64, n: 45 });
+            let k = |k: usize| k.next_multiple_of(format.block());
+            v.push(Check::Matmul { format, t: 1, k: k(96), n: 37 });
+            v.push(Check::Matmul { format, t: 7, k: k(64), n: 45 });
+            v.push(Check::Embed { format, t: 4, vocab: 50, dim: k(64) });
         }
         for kind in [Variant::Rows, Variant::Coop] {
             for (op, acc) in [(Fused::RmsNorm, false), (Fused::SwiGlu, true)] {
                 v.push(Check::Matvec { format: Format::Q4_1, k: 64, n: 37, x_row: 1, op, acc, kind });
+                v.push(Check::Matvec { format: Format::Q4_K, k: 256, n: 37, x_row: 1, op, acc, kind });
             }
             v.push(Check::Matvec { format: Format::Q8_0, k: 96, n: 33, x_row: 0, op: Fused::RmsNorm, acc: false, kind });
         }
+        v.push(Check::Parts { formats: [Format::Q6_K, Format::Q8_0], t: 5, k: 256, n: 150, group_rows: 1 });
         v.push(Check::ArgmaxFeed { n: 1000, slot: 2 });
         v.push(Check::TopK { n: 3000, k: 64, cap: 128, window: 5, flat: false });
         v.push(Check::TopK { n: 100, k: 256, cap: 512, window: 3, flat: false });
@@ -249,7 +274,6 @@ impl Check {
             Check::RmsNorm { rows: 3, dim: 100 },
             Check::Rope { t: 5, heads: 3, extra_heads: 1, head_dim: 16, max_pos: 300 },
             Check::SwiGlu { t: 3, f: 37 },
-            Check::Embed { t: 4, vocab: 50, dim: 64 },
             Check::Argmax { rows: 3, n: 1000 },
             Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
             Check::Attention { past: 0, t: 1, n_head: 3, n_kv: 3, head_dim: 8, page: 2, pool: 2 },
@@ -308,11 +332,24 @@ pub(crate) fn compare(check: &str, what: &str, got: &[f32], want: &[f32], tol: i
     Ok(max_err)
 }
 
+/// GGUF bytes of `n` random weights of `format` within about ±`amp`: quantized from random values
+/// where hotprefix writes the format, otherwise random blocks ([`quant::tame`]: every bit pattern
+/// of quants and sub-scales, finite scales).
+pub(crate) fn weights(rng: &mut Rng, format: Format, n: usize, amp: f32) -> Result<Vec<u8>> {
+    if format.can_quantize() {
+        return quant::quantize(format, &rng.vec(n, amp));
+    }
+    let blocks = n / format.block();
+    let mut bytes: Vec<u8> = (0..blocks * format.info().gguf_bytes).map(|_| rng.next_u64() as u8).collect();
+    quant::tame(format, &mut bytes, amp);
+    Ok(bytes)
+}
+
 /// Times `y = x · Wᵀ` on random weights of `format` (no oracle: for benchmarks): the median of
 /// 5 rounds of `reps` back-to-back runs. Returns milliseconds per run and the weight's GPU bytes.
 pub async fn time_matmul(gpu: &Gpu, format: Format, t: usize, k: usize, n: usize, reps: usize) -> Result<(f64, u64)> {
     let mut rng = Rng(42);
-    let wq = quant::quantize(format, &rng.vec(n * k, 0.5))?;
+    let wq = weights(&mut rng, format, n * k, 0.5)?;
     let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
     let xb = gpu.upload("x", &rng.vec(t * k, 1.0)).await?;
     let yb = gpu.storage("y", 4 * (t * n) as u64).await?;
@@ -321,5 +358,5 @@ pub async fn time_matmul(gpu: &Gpu, format: Format, t: usize, k: usize, n: usize
         rounds.push(execute(gpu, reps.max(1), |b| ops::matmul(b, &xb, &w, &yb, t)).await?.unwrap_or(0.0));
     }
     rounds.sort_by(f64::total_cmp);
-    Ok((rounds[2], w.buf.size()))
+    Ok((rounds[2], w.bytes()))
 }

@@ -1,0 +1,318 @@
+// Weight formats: how the kernels that read weights (matmul.wgsl, matmul_lanes.wgsl, embed.wgsl,
+// each concatenated after this file) decode a row of W. A including shader declares the uniform
+// `p` with fields `k` (values a row) and `w_row` (u32 words a row), and the storage binding `w`.
+//
+// The GPU layout (src/model/quant.rs, FORMATS and to_gpu_layout): each row is W_ROW words; rows
+// are interleaved in groups of G = 32 (word j of row r at (r/G)·W_ROW·G + j·G + r%G), so
+// neighbouring invocations (neighbouring rows) load neighbouring words. A row of a block format
+// is its GGUF blocks, BW words each; for the formats whose blocks are 4n + 2 bytes (SPLIT = 1:
+// Q8_0, Q4_0, Q5_0, IQ4_NL, Q3_K, Q6_K) each block's f16 scale d is moved to a header at the
+// start of the row (two a word, block b in half b % 2 of word b / 2) and the rest of the block
+// (BW words) follows. Float rows: F32 one value a word; F16 and BF16 two (the low half first).
+//
+// Every block format is read through two functions: `w4` (4 values at 4·k4, for the tiled matmul
+// and the embedding lookup) and `dot_chunk` (the dot product of a 32-value chunk with its x
+// values, each header read once, for the matrix-vector kernels). The 256-value formats split a
+// block into 8 such chunks (sub-block sb = chunk % 8). Block layouts are ggml's (ggml-common.h);
+// word offsets below are within a block's BW words.
+
+// The shader ids of src/model/quant.rs's FORMATS table (a test checks them).
+const FMT_F32: u32 = 0u;
+const FMT_F16: u32 = 1u;
+const FMT_Q8_0: u32 = 2u;
+const FMT_Q4_1: u32 = 3u;
+const FMT_BF16: u32 = 4u;
+const FMT_Q4_0: u32 = 5u;
+const FMT_Q5_0: u32 = 6u;
+const FMT_Q5_1: u32 = 7u;
+const FMT_IQ4_NL: u32 = 8u;
+const FMT_Q2_K: u32 = 9u;
+const FMT_Q3_K: u32 = 10u;
+const FMT_Q4_K: u32 = 11u;
+const FMT_Q5_K: u32 = 12u;
+const FMT_Q6_K: u32 = 13u;
+const FMT_IQ4_XS: u32 = 14u;
+override FORMAT: u32 = FMT_F32;
+// Values a block (1 for the float formats), u32 words a block's body, and whether d is split out.
+override BLOCK: u32 = 1u;
+override BW: u32 = 1u;
+override SPLIT: u32 = 0u;
+const G: u32 = 32u;
+
+// Index of word 0 of row `row`; word j is at row_base(row) + j·G.
+fn row_base(row: u32) -> u32 {
+    return (row / G) * p.w_row * G + row % G;
+}
+
+// Index of word 0 of block b's body in the row at rb.
+fn blk(rb: u32, b: u32) -> u32 {
+    return rb + (SPLIT * ((p.k / BLOCK + 1u) / 2u) + b * BW) * G;
+}
+
+// Block b's split-out scale d.
+fn blk_d(rb: u32, b: u32) -> f32 {
+    let h = unpack2x16float(w[rb + (b / 2u) * G]);
+    return select(h.x, h.y, (b & 1u) == 1u);
+}
+
+// Word i of the block body at bb.
+fn wd(bb: u32, i: u32) -> u32 {
+    return w[bb + i * G];
+}
+
+// Byte j of the bytes starting at word `base` of the block body at bb.
+fn byte_at(bb: u32, base: u32, j: u32) -> u32 {
+    return (wd(bb, base + j / 4u) >> (8u * (j % 4u))) & 255u;
+}
+
+// Bits `shift`.. of each of the 4 bytes of q, masked: nibbles, 2-bit crumbs, single bits. Converted
+// from i32: CPUs (lavapipe) have a signed int→float vector instruction but emulate the unsigned one.
+fn field(q: u32, shift: u32, mask: u32) -> vec4<f32> {
+    let v = (vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift)) & vec4<u32>(mask);
+    return vec4<f32>(bitcast<vec4<i32>>(v));
+}
+
+fn nib(q: u32, shift: u32) -> vec4<f32> {
+    return field(q, shift, 15u);
+}
+
+// Bits s .. s+3 of q (Q5_0/Q5_1's high bits of 4 consecutive values).
+fn bits4(q: u32, s: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>((vec4<u32>(q) >> (vec4<u32>(s) + vec4<u32>(0u, 1u, 2u, 3u))) & vec4<u32>(1u)));
+}
+
+fn i8x4(q: u32) -> vec4<f32> {
+    return vec4<f32>(vec4<i32>(
+        bitcast<i32>(q << 24u) >> 24u,
+        bitcast<i32>(q << 16u) >> 24u,
+        bitcast<i32>(q << 8u) >> 24u,
+        bitcast<i32>(q) >> 24u));
+}
+
+fn i8_of(b: u32) -> f32 {
+    return f32(bitcast<i32>(b << 24u) >> 24u);
+}
+
+// ggml's kvalues_iq4nl, as 16 i8 packed 4 a word: value n is byte n % 4 of word n / 4.
+const IQ4_0: u32 = 0xbfad9881u; // -127 -104 -83 -65
+const IQ4_1: u32 = 0xf6eaddcfu; //  -49  -35 -22 -10
+const IQ4_2: u32 = 0x26190d01u; //    1   13  25  38
+const IQ4_3: u32 = 0x71594535u; //   53   69  89 113
+
+// The IQ4_NL table values of the nibbles at `shift` of the 4 bytes of q (selects, not an indexed
+// array: no per-lane memory on CPU adapters).
+fn iq4(q: u32, shift: u32) -> vec4<f32> {
+    let n = (vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift)) & vec4<u32>(15u);
+    let mid = (n & vec4<u32>(4u)) != vec4<u32>(0u);
+    let hi = (n & vec4<u32>(8u)) != vec4<u32>(0u);
+    let word = select(select(vec4<u32>(IQ4_0), vec4<u32>(IQ4_1), mid), select(vec4<u32>(IQ4_2), vec4<u32>(IQ4_3), mid), hi);
+    return vec4<f32>(bitcast<vec4<i32>>(word << ((vec4<u32>(3u) - (n & vec4<u32>(3u))) * 8u)) >> vec4<u32>(24u));
+}
+
+// Q3_K's 6-bit scale s (0..16) of the block at bb (12 bytes at word 24), minus 32.
+fn q3k_scale(bb: u32, s: u32) -> f32 {
+    let lo = (byte_at(bb, 24u, s % 8u) >> (4u * (s / 8u))) & 15u;
+    let hi = (byte_at(bb, 24u, 8u + s % 4u) >> (2u * (s / 4u))) & 3u;
+    return f32(i32(lo | (hi << 4u)) - 32);
+}
+
+// Q4_K/Q5_K's 6-bit scale and minimum j (0..8) of the block at bb (12 bytes at word 1): ggml's
+// get_scale_min_k4.
+fn k4_scale_min(bb: u32, j: u32) -> vec2<f32> {
+    if j < 4u {
+        return vec2<f32>(f32(byte_at(bb, 1u, j) & 63u), f32(byte_at(bb, 1u, j + 4u) & 63u));
+    }
+    let a = byte_at(bb, 1u, j + 4u);
+    return vec2<f32>(f32((a & 15u) | ((byte_at(bb, 1u, j - 4u) >> 6u) << 4u)), f32((a >> 4u) | ((byte_at(bb, 1u, j) >> 6u) << 4u)));
+}
+
+// IQ4_XS's scale of sub-block sb of the block at bb: d · (6-bit scale − 32).
+fn iq4xs_scale(bb: u32, sb: u32) -> f32 {
+    let h = wd(bb, 0u);
+    let lo = (wd(bb, 1u) >> (4u * sb)) & 15u;
+    let hi = (h >> (16u + 2u * sb)) & 3u;
+    return unpack2x16float(h).x * f32(i32(lo | (hi << 4u)) - 32);
+}
+
+// Values 4·k4 .. 4·k4+3 of the row starting at `rb`.
+fn w4(rb: u32, k4: u32) -> vec4<f32> {
+    if FORMAT == FMT_F32 {
+        let b = rb + k4 * 4u * G;
+        return vec4<f32>(bitcast<f32>(w[b]), bitcast<f32>(w[b + G]), bitcast<f32>(w[b + 2u * G]), bitcast<f32>(w[b + 3u * G]));
+    } else if FORMAT == FMT_F16 {
+        let b = rb + k4 * 2u * G;
+        return vec4<f32>(unpack2x16float(w[b]), unpack2x16float(w[b + G]));
+    } else if FORMAT == FMT_BF16 {
+        let b = rb + k4 * 2u * G;
+        let u = vec2<u32>(w[b], w[b + G]);
+        return vec4<f32>(bitcast<f32>(u.x << 16u), bitcast<f32>(u.x & 0xffff0000u), bitcast<f32>(u.y << 16u), bitcast<f32>(u.y & 0xffff0000u));
+    }
+    // A 32-value chunk c, its quad i (values 4i .. 4i+3 of the chunk).
+    let c = k4 / 8u;
+    let i = k4 % 8u;
+    if FORMAT == FMT_Q8_0 {
+        return blk_d(rb, c) * i8x4(wd(blk(rb, c), i));
+    } else if FORMAT == FMT_Q4_1 {
+        let bb = blk(rb, c);
+        let dm = unpack2x16float(wd(bb, 0u));
+        return dm.x * nib(wd(bb, 1u + (i & 3u)), (i >> 2u) * 4u) + dm.y;
+    } else if FORMAT == FMT_Q4_0 {
+        return blk_d(rb, c) * (nib(wd(blk(rb, c), i & 3u), (i >> 2u) * 4u) - 8.0);
+    } else if FORMAT == FMT_Q5_0 {
+        let bb = blk(rb, c);
+        let q = nib(wd(bb, 1u + (i & 3u)), (i >> 2u) * 4u) + 16.0 * bits4(wd(bb, 0u), 4u * i);
+        return blk_d(rb, c) * (q - 16.0);
+    } else if FORMAT == FMT_Q5_1 {
+        let bb = blk(rb, c);
+        let dm = unpack2x16float(wd(bb, 0u));
+        let q = nib(wd(bb, 2u + (i & 3u)), (i >> 2u) * 4u) + 16.0 * bits4(wd(bb, 1u), 4u * i);
+        return dm.x * q + dm.y;
+    } else if FORMAT == FMT_IQ4_NL {
+        return blk_d(rb, c) * iq4(wd(blk(rb, c), i & 3u), (i >> 2u) * 4u);
+    }
+    // The 256-value formats: block b, sub-block sb, and the 16-value half of it (scale index
+    // 2·sb + hh of the formats with 16 scales).
+    let b = c / 8u;
+    let sb = c % 8u;
+    let hh = i / 4u;
+    let bb = blk(rb, b);
+    if FORMAT == FMT_Q2_K {
+        let dm = unpack2x16float(wd(bb, 20u));
+        let sc = byte_at(bb, 0u, 2u * sb + hh);
+        let q = field(wd(bb, 4u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u);
+        return dm.x * f32(sc & 15u) * q - dm.y * f32(sc >> 4u);
+    } else if FORMAT == FMT_Q3_K {
+        let q = field(wd(bb, 8u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) + 4.0 * field(wd(bb, i), sb, 1u) - 4.0;
+        return blk_d(rb, b) * q3k_scale(bb, 2u * sb + hh) * q;
+    } else if FORMAT == FMT_Q4_K {
+        let dm = unpack2x16float(wd(bb, 0u));
+        let sm = k4_scale_min(bb, sb);
+        return dm.x * sm.x * nib(wd(bb, 4u + 8u * (sb / 2u) + i), 4u * (sb % 2u)) - dm.y * sm.y;
+    } else if FORMAT == FMT_Q5_K {
+        let dm = unpack2x16float(wd(bb, 0u));
+        let sm = k4_scale_min(bb, sb);
+        let q = nib(wd(bb, 12u + 8u * (sb / 2u) + i), 4u * (sb % 2u)) + 16.0 * field(wd(bb, 4u + i), sb, 1u);
+        return dm.x * sm.x * q - dm.y * sm.y;
+    } else if FORMAT == FMT_Q6_K {
+        let n = sb / 4u;
+        let g = sb % 4u;
+        let q = nib(wd(bb, 16u * n + 8u * (g % 2u) + i), 4u * (g / 2u)) + 16.0 * field(wd(bb, 32u + 8u * n + i), 2u * g, 3u) - 32.0;
+        return blk_d(rb, b) * i8_of(byte_at(bb, 48u, 2u * sb + hh)) * q;
+    }
+    // FORMAT == FMT_IQ4_XS
+    return iq4xs_scale(bb, sb) * iq4(wd(bb, 2u + 4u * sb + (i & 3u)), (i >> 2u) * 4u);
+}
+
+// Dot product of one chunk of the row at `rb` with the chunk's x values `xv` (xsum: their sum):
+// a 32-value chunk for the block formats, so each header is read once; 4 values for the float
+// formats. The result's four lanes sum to the dot product.
+fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>) -> vec4<f32> {
+    if FORMAT == FMT_Q8_0 {
+        let bb = blk(rb, c);
+        var s = vec4<f32>(0.0);
+        for (var i = 0u; i < 8u; i++) {
+            s += (*xv)[i] * i8x4(wd(bb, i));
+        }
+        return blk_d(rb, c) * s;
+    } else if FORMAT == FMT_Q4_1 {
+        let bb = blk(rb, c);
+        let dm = unpack2x16float(wd(bb, 0u));
+        var s = vec4<f32>(0.0);
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, 1u + i);
+            s += (*xv)[i] * nib(q, 0u) + (*xv)[i + 4u] * nib(q, 4u);
+        }
+        // Σ x·(d·q + m) = d·Σ x·q + m·Σ x, Σ x (`xsum`) being the same for every row
+        return dm.x * s + dm.y * xsum;
+    } else if FORMAT == FMT_Q4_0 {
+        let bb = blk(rb, c);
+        var s = vec4<f32>(0.0);
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, i);
+            s += (*xv)[i] * nib(q, 0u) + (*xv)[i + 4u] * nib(q, 4u);
+        }
+        return blk_d(rb, c) * (s - 8.0 * xsum);
+    } else if FORMAT == FMT_Q5_0 {
+        let bb = blk(rb, c);
+        let qh = wd(bb, 0u);
+        var s = vec4<f32>(0.0);
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, 1u + i);
+            s += (*xv)[i] * (nib(q, 0u) + 16.0 * bits4(qh, 4u * i)) + (*xv)[i + 4u] * (nib(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i));
+        }
+        return blk_d(rb, c) * (s - 16.0 * xsum);
+    } else if FORMAT == FMT_Q5_1 {
+        let bb = blk(rb, c);
+        let dm = unpack2x16float(wd(bb, 0u));
+        let qh = wd(bb, 1u);
+        var s = vec4<f32>(0.0);
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, 2u + i);
+            s += (*xv)[i] * (nib(q, 0u) + 16.0 * bits4(qh, 4u * i)) + (*xv)[i + 4u] * (nib(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i));
+        }
+        return dm.x * s + dm.y * xsum;
+    } else if FORMAT == FMT_IQ4_NL {
+        let bb = blk(rb, c);
+        var s = vec4<f32>(0.0);
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, i);
+            s += (*xv)[i] * iq4(q, 0u) + (*xv)[i + 4u] * iq4(q, 4u);
+        }
+        return blk_d(rb, c) * s;
+    } else if FORMAT == FMT_F32 || FORMAT == FMT_F16 || FORMAT == FMT_BF16 {
+        return (*xv)[0] * w4(rb, c);
+    }
+    // The 256-value formats: sub-block sb of block b; s0, s1: Σ x·q over its two 16-value halves
+    // (each has its own scale in Q2_K, Q3_K and Q6_K).
+    let b = c / 8u;
+    let sb = c % 8u;
+    let bb = blk(rb, b);
+    var s0 = vec4<f32>(0.0);
+    var s1 = vec4<f32>(0.0);
+    if FORMAT == FMT_Q2_K {
+        let dm = unpack2x16float(wd(bb, 20u));
+        for (var i = 0u; i < 4u; i++) {
+            s0 += (*xv)[i] * field(wd(bb, 4u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u);
+            s1 += (*xv)[i + 4u] * field(wd(bb, 8u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u);
+        }
+        let sc = (wd(bb, sb / 2u) >> (16u * (sb % 2u))) & 0xffffu;
+        let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
+        return dm.x * (f32(sc & 15u) * s0 + f32((sc >> 8u) & 15u) * s1) - dm.y * (f32((sc >> 4u) & 15u) * x0 + f32(sc >> 12u) * (xsum - x0));
+    } else if FORMAT == FMT_Q3_K {
+        for (var i = 0u; i < 4u; i++) {
+            s0 += (*xv)[i] * (field(wd(bb, 8u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) + 4.0 * field(wd(bb, i), sb, 1u));
+            s1 += (*xv)[i + 4u] * (field(wd(bb, 12u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) + 4.0 * field(wd(bb, 4u + i), sb, 1u));
+        }
+        // Σ x·(q − 4): the −4 over each half.
+        let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
+        return blk_d(rb, b) * (q3k_scale(bb, 2u * sb) * (s0 - 4.0 * x0) + q3k_scale(bb, 2u * sb + 1u) * (s1 - 4.0 * (xsum - x0)));
+    } else if FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K {
+        let dm = unpack2x16float(wd(bb, 0u));
+        let sm = k4_scale_min(bb, sb);
+        let qs = select(4u, 12u, FORMAT == FMT_Q5_K) + 8u * (sb / 2u);
+        for (var i = 0u; i < 8u; i++) {
+            var q = nib(wd(bb, qs + i), 4u * (sb % 2u));
+            if FORMAT == FMT_Q5_K {
+                q += 16.0 * field(wd(bb, 4u + i), sb, 1u);
+            }
+            s0 += (*xv)[i] * q;
+        }
+        return dm.x * sm.x * s0 - dm.y * sm.y * xsum;
+    } else if FORMAT == FMT_Q6_K {
+        let n = sb / 4u;
+        let g = sb % 4u;
+        for (var i = 0u; i < 4u; i++) {
+            s0 += (*xv)[i] * (nib(wd(bb, 16u * n + 8u * (g % 2u) + i), 4u * (g / 2u)) + 16.0 * field(wd(bb, 32u + 8u * n + i), 2u * g, 3u));
+            s1 += (*xv)[i + 4u] * (nib(wd(bb, 16u * n + 8u * (g % 2u) + 4u + i), 4u * (g / 2u)) + 16.0 * field(wd(bb, 36u + 8u * n + i), 2u * g, 3u));
+        }
+        let sc = wd(bb, 48u + sb / 2u) >> (16u * (sb % 2u));
+        let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
+        return blk_d(rb, b) * (i8_of(sc & 255u) * (s0 - 32.0 * x0) + i8_of((sc >> 8u) & 255u) * (s1 - 32.0 * (xsum - x0)));
+    }
+    // FORMAT == FMT_IQ4_XS
+    for (var i = 0u; i < 4u; i++) {
+        let q = wd(bb, 2u + 4u * sb + i);
+        s0 += (*xv)[i] * iq4(q, 0u) + (*xv)[i + 4u] * iq4(q, 4u);
+    }
+    return iq4xs_scale(bb, sb) * s0;
+}
