@@ -104,7 +104,11 @@ format_test!(format_iq4_xs, Format::IQ4_XS, NATIVE_MM);
 fn every_format_has_its_kernel_test() {
     let src = include_str!("kernels.rs");
     for f in Format::ALL {
-        assert!(src.contains(&format!("format_test!(format_{}, Format::{},", f.name().to_lowercase(), f.name())), "no format_test! for {}", f.name());
+        assert!(
+            src.contains(&format!("format_test!(format_{}, Format::{},", f.name().to_lowercase(), f.name())),
+            "no format_test! for {}",
+            f.name()
+        );
     }
 }
 

@@ -23,12 +23,12 @@ fn set(key: &'static str, v: Value) -> impl FnOnce(&mut BTreeMap<String, Value>,
     move |m, _| drop(m.insert(key.to_string(), v))
 }
 
-/// The tiny model with `blk.0.ffn_down` as IQ4_NL (ggml type 20: 32-value blocks of 18 bytes).
-fn iq4_nl_down() -> Vec<u8> {
+/// The tiny model with `blk.0.ffn_down` as MXFP4 (ggml type 39: 32-value blocks of 17 bytes).
+fn mxfp4_down() -> Vec<u8> {
     tiny_with(|_, t| {
         for (_, d, ty, b) in t.iter_mut().filter(|(n, ..)| n == "blk.0.ffn_down.weight") {
-            *ty = 20;
-            *b = vec![0; (d[0] / 32 * 18 * d[1]) as usize];
+            *ty = 39;
+            *b = vec![0; (d[0] / 32 * 17 * d[1]) as usize];
         }
     })
 }
@@ -37,12 +37,12 @@ fn iq4_nl_down() -> Vec<u8> {
 /// good file with an unsupported format, named with its tensor, not a bad file.
 #[test]
 fn a_known_format_hotprefix_does_not_run_is_refused_by_name() {
-    let file = iq4_nl_down();
-    hotprefix::gguf::Gguf::parse(&file).expect("the reader takes an IQ4_NL tensor");
-    let Err(err) = check_model_cpu(&file) else { panic!("an IQ4_NL tensor was accepted") };
+    let file = mxfp4_down();
+    hotprefix::gguf::Gguf::parse(&file).expect("the reader takes an MXFP4 tensor");
+    let Err(err) = check_model_cpu(&file) else { panic!("an MXFP4 tensor was accepted") };
     let msg = err.to_string();
     assert!(matches!(err, hotprefix::Error::Model(_)), "{err:?}");
-    assert!(msg.contains("blk.0.ffn_down.weight: IQ4_NL (ggml type 20) is not a weight format hotprefix runs"), "{msg}");
+    assert!(msg.contains("blk.0.ffn_down.weight: MXFP4 (ggml type 39) is not a weight format hotprefix runs"), "{msg}");
 }
 
 #[test]
@@ -80,7 +80,7 @@ fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
                 }
             }),
         ),
-        ("an IQ4_NL projection (a ggml type the reader knows and hotprefix does not run)", iq4_nl_down()),
+        ("an MXFP4 projection (a ggml type the reader knows and hotprefix does not run)", mxfp4_down()),
         (
             "a tokenizer larger than the model",
             tiny_with(|m, _| {

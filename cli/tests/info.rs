@@ -40,16 +40,16 @@ fn the_default_model_is_described_and_runs() {
 
 #[test]
 fn a_file_of_a_format_not_run_is_described_and_refused_with_a_reason() {
-    // One IQ4_NL tensor (ggml type 20): a good file the reader knows, which this build does not run.
+    // One MXFP4 tensor (ggml type 39): a good file the reader knows, which this build does not run.
     let md = [("general.architecture", Value::Str("llama".into()))];
-    let file = gguf::write(&md, &[("blk.0.ffn_down.weight", &[32, 2][..], 20, &[0u8; 36][..])]);
+    let file = gguf::write(&md, &[("blk.0.ffn_down.weight", &[32, 2][..], 39, &[0u8; 34][..])]);
     let dir = std::env::temp_dir().join(format!("hotprefix-info-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("iq4_nl.gguf");
+    let path = dir.join("mxfp4.gguf");
     std::fs::write(&path, file).unwrap();
     let (ok, j, err) = info(&path);
     assert!(ok, "{err}");
-    assert_eq!(j["formats"], serde_json::json!([{"type": "IQ4_NL", "ggml_type": 20, "tensors": 1, "values": 64}]));
+    assert_eq!(j["formats"], serde_json::json!([{"type": "MXFP4", "ggml_type": 39, "tensors": 1, "values": 64}]));
     assert_eq!(j["runs"], false);
     assert!(j["refused"].as_str().is_some_and(|r| !r.is_empty()), "{j}");
     // Not a GGUF file at all: an error, exit status 1.

@@ -36,32 +36,37 @@ impl TensorBytes for &[u8] {
     }
 }
 
-/// The CPU half of `fused`: checks that `names` are same-format `[k, ·]` matrices and returns
-/// their format, total rows and concatenated GGUF bytes (borrowed when there is one). The fuzzed
-/// CPU load path ([`crate::model::preflight`]) calls it too.
-pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[String], k: usize) -> Result<(Format, usize, Cow<'a, [u8]>)> {
-    let mut bytes = Vec::new();
-    let mut rows = 0usize;
-    let mut format = None;
+/// A run of same-format tensors of a fused projection: its format, rows and GGUF bytes.
+pub(crate) type Run<'a> = (Format, usize, Cow<'a, [u8]>);
+
+/// The CPU half of `fused`: checks that `names` are `[k, ·]` matrices of formats hotprefix runs
+/// and returns them as runs of same-format tensors: each run's format, rows and concatenated GGUF
+/// bytes (borrowed when the run is one tensor). Same-format tensors fuse into one matrix (one
+/// dispatch); a change of format (a Q4_K_M file's Q5_0 Q and K beside a Q8_0 V) starts a new
+/// part. The fuzzed CPU load path ([`crate::model::preflight`]) calls it too.
+pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[String], k: usize) -> Result<Vec<Run<'a>>> {
+    let mut runs: Vec<Run<'a>> = Vec::new();
     for name in names {
         let t = g.tensor(name)?;
         let f = Format::from_ggml_type(t.ggml_type).ok_or_else(|| quant::unsupported(name, t.ggml_type))?;
-        if *format.get_or_insert(f) != f {
-            return Err(Error::Model(format!("{name}: {} mixed with {:?} in one fused projection", f.name(), format)));
-        }
         let n = match t.dims[..] {
             [row, n] if gguf::fit::<usize>(row) == Some(k) => gguf::fit::<usize>(n),
             _ => return Err(Error::Model(format!("{name}: shape {:?}, expected [{k}, ·]", t.dims))),
         };
-        rows = n.and_then(|n| rows.checked_add(n)).ok_or_else(|| Error::Model(format!("{name}: {:?} rows overflow", t.dims)))?;
+        let n = n.ok_or_else(|| Error::Model(format!("{name}: {:?} rows overflow", t.dims)))?;
         let data = file.tensor_bytes(g, t)?;
-        if names.len() == 1 {
-            return Ok((f, rows, data));
+        match runs.last_mut() {
+            Some((rf, rows, bytes)) if *rf == f => {
+                *rows = rows.checked_add(n).ok_or_else(|| Error::Model(format!("{name}: {:?} rows overflow", t.dims)))?;
+                bytes.to_mut().extend_from_slice(&data);
+            }
+            _ => runs.push((f, n, data)),
         }
-        bytes.extend_from_slice(&data);
     }
-    let format = format.ok_or_else(|| Error::Model("empty projection".into()))?;
-    Ok((format, rows, Cow::Owned(bytes)))
+    if runs.is_empty() {
+        return Err(Error::Model("empty projection".into()));
+    }
+    Ok(runs)
 }
 
 /// The CPU half of `vector`: the values of the F32 `[n]` tensor `name`.
@@ -84,6 +89,8 @@ pub(crate) trait Sink {
     async fn matrix(&mut self, name: &str, format: Format, gguf_bytes: Cow<'_, [u8]>, n: usize, k: usize) -> Result<Self::Matrix>;
     /// An F32 vector.
     async fn vector(&mut self, name: &str, v: Vec<f32>) -> Result<Self::Vector>;
+    /// The matrix of `parts`' rows one after another (a fused projection of several formats).
+    fn join(&mut self, parts: Vec<Self::Matrix>) -> Result<Self::Matrix>;
 }
 
 /// Every weight of the model, as a [`Sink`] kept it.
@@ -112,6 +119,9 @@ impl Sink for Upload<'_> {
         let b = self.gpu.upload(name, &v).await?;
         self.bytes += b.size();
         Ok(b)
+    }
+    fn join(&mut self, parts: Vec<Weight>) -> Result<Weight> {
+        Weight::concat(parts)
     }
 }
 
@@ -142,10 +152,8 @@ pub(crate) async fn load_weights<S: Sink>(
     let mut done = total.saturating_sub(layer_bytes.iter().fold(0u64, |a, &b| a.saturating_add(b)));
     let (d, hd) = (cfg.dim, cfg.head_dim);
     let embd = g.tensor("token_embd.weight")?;
-    if embd.ggml_type != Format::Q8_0.ggml_type() {
-        return Err(Error::Model(format!("token_embd is ggml type {}, the embedding kernel reads Q8_0", embd.ggml_type)));
-    }
-    let embed = sink.matrix("token_embd", Format::Q8_0, file.tensor_bytes(g, embd)?, cfg.vocab, d).await?;
+    let embd_format = Format::from_ggml_type(embd.ggml_type).ok_or_else(|| quant::unsupported("token_embd.weight", embd.ggml_type))?;
+    let embed = sink.matrix("token_embd", embd_format, file.tensor_bytes(g, embd)?, cfg.vocab, d).await?;
     let output = match g.tensor("output.weight") {
         Ok(_) => {
             let (w, rows) = fused(sink, g, file, &["output.weight".to_string()], d).await?;
@@ -177,11 +185,18 @@ pub(crate) async fn load_weights<S: Sink>(
     Ok(Weights { embed, output, output_norm, layers })
 }
 
-/// Several same-format, same-width GGUF matrices as one (their rows concatenated), and its rows.
+/// Several same-width GGUF matrices as one (their rows concatenated: one part a run of
+/// same-format tensors), and its rows.
 async fn fused<S: Sink>(sink: &mut S, g: &Gguf, file: &dyn TensorBytes, names: &[String], k: usize) -> Result<(S::Matrix, usize)> {
-    let (format, rows, bytes) = fused_bytes(g, file, names, k)?;
     let name = names.first().map_or("", String::as_str);
-    Ok((sink.matrix(name, format, bytes, rows, k).await?, rows))
+    let mut parts = Vec::new();
+    let mut rows = 0;
+    for (format, n, bytes) in fused_bytes(g, file, names, k)? {
+        parts.push(sink.matrix(name, format, bytes, n, k).await?);
+        rows += n;
+    }
+    let m = if parts.len() == 1 { parts.pop().ok_or_else(|| Error::Model("empty projection".into()))? } else { sink.join(parts)? };
+    Ok((m, rows))
 }
 
 /// The F32 `[n]` tensor `name`.

@@ -84,7 +84,7 @@ pub struct Model {
     arch: &'static Arch,
     pub(crate) cfg: Config,
     pub(crate) opts: Options,
-    embed: Weight, // [vocab, dim] Q8_0; the output head too when tied
+    embed: Weight, // [vocab, dim] in any format; the output head too when tied
     output: Option<Weight>,
     output_norm: wgpu::Buffer,
     layers: Vec<Layer>,

@@ -87,8 +87,11 @@ pub struct FormatInfo {
     pub dequantize: fn(&[u8], &mut Vec<f32>),
     /// Appends one block of values quantized the way ggml's reference quantizer does (test weights
     /// and the tiny test model), for the formats hotprefix can write.
-    pub quantize: Option<fn(&[f32], &mut Vec<u8>)>,
+    pub quantize: Option<Quantize>,
 }
+
+/// Appends one block of values quantized (see [`FormatInfo::quantize`]).
+pub type Quantize = fn(&[f32], &mut Vec<u8>);
 
 /// Every format hotprefix runs, in [`Format`]'s order.
 #[rustfmt::skip] // a table: one row a format

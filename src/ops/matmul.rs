@@ -146,7 +146,11 @@ pub(crate) fn part_rows(limit: u64, name: &str, format: Format, n: usize, k: usi
     }
     let groups = limit / group.max(1);
     if groups == 0 {
-        return Err(Error::TooLarge { what: format!("{name} ({} rows of {k} values, split by row groups of {})", format.name(), quant::ROW_GROUP), bytes: group, limit });
+        return Err(Error::TooLarge {
+            what: format!("{name} ({} rows of {k} values, split by row groups of {})", format.name(), quant::ROW_GROUP),
+            bytes: group,
+            limit,
+        });
     }
     Ok(groups as usize * quant::ROW_GROUP)
 }
@@ -267,7 +271,8 @@ fn matvec_rows(
             XLoad::RmsNorm { w: nw, eps } => (nw, eps),
             _ => (&part.buf, 0.0),
         };
-        let params = [u(t), u(w.k), u(part.n), u(part.format.gpu_row_words(w.k)), u(x_row * width / 4), f32::to_bits(eps), u(w.n), u(part.row0)];
+        let params =
+            [u(t), u(w.k), u(part.n), u(part.format.gpu_row_words(w.k)), u(x_row * width / 4), f32::to_bits(eps), u(w.n), u(part.row0)];
         let fc = format_consts(part.format);
         let consts = [fc[0], fc[1], fc[2], fc[3], ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
         match kind {
@@ -298,7 +303,12 @@ fn matvec_rows(
 pub(super) fn format_consts(f: Format) -> [(&'static str, f64); 4] {
     let info = f.info();
     let body = info.gguf_bytes - if info.split_d.is_some() { 2 } else { 0 };
-    [("FORMAT", f.shader_id()), ("BLOCK", f.block() as f64), ("BW", (body / 4).max(1) as f64), ("SPLIT", info.split_d.is_some() as u32 as f64)]
+    [
+        ("FORMAT", f.shader_id()),
+        ("BLOCK", f.block() as f64),
+        ("BW", (body / 4).max(1) as f64),
+        ("SPLIT", info.split_d.is_some() as u32 as f64),
+    ]
 }
 
 /// Whether `kind` runs `matmul_lanes.wgsl`'s tiled `matmul_lanes` on weights of `format`: the
