@@ -74,7 +74,7 @@ const FLOAT_MM: &[(usize, usize, usize)] = &[(1, 100, 33), (9, 36, 17), (1, 2048
 macro_rules! format_test {
     ($name:ident, $format:expr, $native:expr) => {
         gpu_test!($name,
-            native: { let mut v = mm($format, $native); v.extend(embeds($format, &[(1, 1000, 576), (33, 4099, 96)])); v },
+            native: { let mut v = mm($format, $native); v.extend(embeds($format, &[(1, 1000, 576), (33, 4099, 96), (3, 9000, 1024)])); v },
             browser: { let mut v = mm($format, BROWSER_MM); v.extend(embeds($format, &[(4, 50, 64)])); v });
     };
 }

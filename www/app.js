@@ -1,14 +1,17 @@
 // The demo: a document, questions about it, and what the KV cache did. Built only on the npm
 // package's public API (./pkg is the built package: scripts/demo.sh links it here).
 //
-// URL parameters: ?model=tiny (the tiny test model, for tests), ?max_tokens=N (default 200),
+// URL parameters: ?model=tiny (the tiny test model, for tests) or ?model=URL (any GGUF file the
+// page may fetch, in any supported weight format, e.g. ./models/formats/tiny-Q4_K_M.gguf),
+// ?max_tokens=N (default 200),
 // ?kv_mb=N (KV budget, default 128), ?bench (run the benchmark after loading).
 import { createEngine, canonicalJSON, WebGPUUnavailableError } from './pkg/index.js';
 import { benchRequests } from './bench.js';
 
 const params = new URLSearchParams(location.search);
 const MODELS = { default: './models/SmolLM2-135M-Instruct.Q4_1.gguf', tiny: './models/tiny-llama.gguf' };
-const MODEL_URL = MODELS[params.get('model') ?? 'default'] ?? MODELS.default;
+const MODEL_PARAM = params.get('model') ?? 'default';
+const MODEL_URL = MODELS[MODEL_PARAM] ?? (MODEL_PARAM.endsWith('.gguf') ? MODEL_PARAM : MODELS.default);
 const MAX_TOKENS = Number(params.get('max_tokens') ?? 200);
 const KV_MB = Number(params.get('kv_mb') ?? 128);
 

@@ -72,8 +72,8 @@ impl Weight {
     }
 
     /// [`Self::upload`] that frees `gguf_bytes` (when owned) once uploaded. Converts and uploads
-    /// one part (at most one binding) at a time: a load holds the file's bytes of one tensor and
-    /// the GPU layout of one part. A matrix larger than a binding is split by rows into parts of
+    /// a few MiB of rows at a time: a load holds the file's bytes of one tensor and a block of
+    /// rows of its GPU layout. A matrix larger than a binding is split by rows into parts of
     /// whole row groups; one whose single row group is larger is refused ([`Error::TooLarge`]).
     pub async fn upload_owned(
         gpu: &Gpu,
@@ -99,12 +99,25 @@ impl Weight {
     ) -> Result<Weight> {
         let rows = part_rows(limit.min(gpu.binding_limit()), name, format, n, k)?;
         let row_bytes = format.row_bytes(k)?;
+        let expect = n.checked_mul(row_bytes).ok_or_else(|| Error::Weights(format!("{name}: [{n}, {k}] overflows")))?;
+        if gguf_bytes.len() != expect {
+            return Err(Error::Weights(format!("{name}: {} [{n}, {k}] needs {expect} bytes, got {}", format.name(), gguf_bytes.len())));
+        }
+        // Rows converted at a time: whole row groups, about UPLOAD_BLOCK bytes of GPU layout (a
+        // row group's layout is self-contained, so blocks of them are written one after another).
+        let group_bytes = format.gpu_row_words(k) * 4 * quant::ROW_GROUP;
+        let block_rows = (UPLOAD_BLOCK / group_bytes.max(1)).max(1) * quant::ROW_GROUP;
         let mut parts = Vec::new();
         for row0 in (0..n.max(1)).step_by(rows) {
             let m = rows.min(n - row0);
-            let bytes = gguf_bytes.get(row0 * row_bytes..(row0 + m) * row_bytes).unwrap_or(&[]);
-            let words = gpu_layout(name, format, bytes, m, k)?;
-            let buf = gpu.upload(name, &words).await?;
+            let buf = gpu.storage(name, format.gpu_bytes(m, k)? as u64).await?;
+            for r in (0..m.max(1)).step_by(block_rows) {
+                let b = block_rows.min(m - r);
+                let at = row0 + r;
+                let bytes = gguf_bytes.get(at * row_bytes..(at + b) * row_bytes).unwrap_or(&[]);
+                let words = gpu_layout(name, format, bytes, b, k)?;
+                gpu.write(&buf, (r / quant::ROW_GROUP * group_bytes) as u64, &words);
+            }
             parts.push(Part { buf, format, row0, n: m });
         }
         Ok(Weight { parts, n, k })
@@ -135,6 +148,10 @@ impl Weight {
         self.parts.iter().map(|p| p.buf.size()).sum()
     }
 }
+
+/// About how many bytes of GPU layout an upload converts at a time: a load holds one tensor's file
+/// bytes and this much of its GPU layout, not the whole matrix twice.
+const UPLOAD_BLOCK: usize = 4 << 20;
 
 /// Rows a part of an `[n, k]` matrix of `format` may hold under a binding limit of `limit` bytes
 /// (whole row groups), or [`Error::TooLarge`] naming the weight when one row group is larger.
@@ -322,4 +339,29 @@ fn lanes_tiled(gpu: &Gpu, kind: Variant, format: Format) -> bool {
 /// 32 values, broadcast by 8 lanes).
 fn lanes_matvec(gpu: &Gpu, kind: Variant, format: Format) -> bool {
     kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_weight_larger_than_a_binding_splits_by_row_groups_or_is_refused_by_name() {
+        // Gemma-3's 262,144 × 640 Q8_0 embedding (178 MB) on a 128 MiB binding: two parts.
+        let limit = 128 << 20;
+        let rows = part_rows(limit, "token_embd", Format::Q8_0, 262_144, 640).unwrap();
+        assert_eq!(rows % quant::ROW_GROUP, 0);
+        assert!(Format::Q8_0.gpu_bytes(rows, 640).unwrap() as u64 <= limit);
+        assert_eq!(262_144usize.div_ceil(rows), 2);
+        // A matrix that fits is one part.
+        assert_eq!(part_rows(limit, "w", Format::Q4_K, 1000, 2048).unwrap(), 1000);
+        // One row group larger than the binding: nothing to split into.
+        match part_rows(1000, "token_embd", Format::Q8_0, 262_144, 640) {
+            Err(Error::TooLarge { what, bytes, limit }) => {
+                assert!(what.contains("token_embd") && what.contains("Q8_0"), "{what}");
+                assert_eq!((bytes, limit), ((Format::Q8_0.gpu_row_words(640) * 4 * quant::ROW_GROUP) as u64, 1000));
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
 }

@@ -85,6 +85,25 @@ test('tsc --noEmit accepts a TypeScript consumer of the public API', () => {
   sh('node', [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', join(dir, 'tsconfig.json')], { stdio: 'inherit' });
 });
 
+test('a K-quant file (Q4_K and Q6_K weights in every role) loads and answers through the package', { timeout: 300_000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const engine = await window.hotprefix.createEngine({ model: '/models/formats/tiny-Q4_K_M.gguf', kvBudgetMB: 8 });
+    try {
+      const ask = () => engine.chat.completions.create({ messages: [{ role: 'system', content: 'Answer briefly.' }, { role: 'user', content: 'What is a canal lock?' }], max_tokens: 6 });
+      const first = await ask();
+      const again = await ask();
+      return { first, again, model: first.model };
+    } finally {
+      await engine.unload();
+    }
+  });
+  assert.equal(r.first.object, 'chat.completion');
+  assert.equal(r.model, 'tiny-Q4_K_M');
+  assert.ok(r.first.usage.completion_tokens > 0 && r.first.usage.prompt_tokens > 10, JSON.stringify(r.first.usage));
+  assert.equal(r.again.choices[0].message.content, r.first.choices[0].message.content, 'greedy: the same answer');
+  assert.ok(r.again.usage.prompt_tokens_details.cached_tokens >= r.first.usage.prompt_tokens - 1, JSON.stringify(r.again.usage));
+});
+
 test('loads with progress, answers plain and streamed requests in a worker, and reuses the shared prefix', { timeout: 300_000 }, async () => {
   const r = await page.evaluate(async () => {
     const { createEngine } = window.hotprefix;

@@ -143,6 +143,37 @@ test('the benchmark mode measures and exposes its figures', { timeout: 1_200_000
   }
 });
 
+test('a K-quant file answers in the demo, and its second question hits the cache', { timeout: 1_200_000 }, async () => {
+  // llama.cpp's Q4_K_M quantization of a tiny llama with 256-value rows (scripts/make-formats.sh):
+  // Q4_K and Q6_K weights in every role, the embedding and tied head included.
+  const p = await browser.newPage();
+  const pageErrors = [];
+  p.on('pageerror', (e) => pageErrors.push(String(e)));
+  try {
+    await p.goto(`${server.url}?model=./models/formats/tiny-Q4_K_M.gguf&max_tokens=4&kv_mb=16`);
+    await p.waitForFunction(() => ['ready', 'error', 'no-webgpu'].includes(document.body.dataset.state), null, { timeout: 600_000 });
+    assert.equal(await p.evaluate(() => document.body.dataset.state), 'ready', await p.textContent('#load-status'));
+    await p.evaluate(() => window.demo.engine.cache.forget());
+    await p.fill('#doc', DOC);
+    await p.dispatchEvent('#doc', 'change');
+    const askOn = async (q) => {
+      const n = await p.$$eval('.msg.assistant .meta', (m) => m.length);
+      await p.fill('#message', q);
+      await p.click('#send');
+      await p.waitForFunction((k) => document.querySelectorAll('.msg.assistant .meta').length > k && document.body.dataset.state === 'ready', n, { timeout: 600_000 });
+      return p.$eval('.msg.assistant:last-of-type .meta', (m) => ({ ...m.dataset, text: m.parentElement.firstChild.textContent }));
+    };
+    const first = await askOn('How long is the canal?');
+    const second = await askOn('What does a pleasure craft pay?');
+    console.log(`K-quant: first ${JSON.stringify(first)}\nsecond ${JSON.stringify(second)}`);
+    assert.ok(Number(first.prompt) > 50 && Number(first.cached) === 0, `a cold answer over the document: ${JSON.stringify(first)}`);
+    assert.ok(Number(second.cached) >= Number(first.prompt) - 2, `the document and first turn were reused: ${JSON.stringify(second)}`);
+    assert.deepEqual(pageErrors, []);
+  } finally {
+    await p.close();
+  }
+});
+
 test('without WebGPU the page says why, with no uncaught error', { timeout: 120_000 }, async () => {
   const plain = await chromium.launch({ ...CHROMIUM, args: CHROMIUM.args.filter((a) => a !== '--enable-unsafe-webgpu') });
   try {
