@@ -92,6 +92,8 @@ pub async fn kernels() -> Result<()> {
     let shapes = [(1536, 16384), (576, 49152), (576, 1536), (1536, 576)];
     for format in Format::ALL {
         for (k, n) in shapes {
+            // K rounded up to the format's block (576 → 768 for the 256-value formats).
+            let k = k.next_multiple_of(format.block());
             let (ms, bytes) = time_matmul(&gpu, format, 1, k, n, 50).await?;
             let gbs = bytes as f64 / (ms * 1e6);
             let mib = bytes as f64 / (1 << 20) as f64;

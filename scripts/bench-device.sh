@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The device benchmark: `hotprefix bench --json` on a lent GPU machine's native Vulkan adapter, for
+# the default model and a K-quant file, as one prepared script (the `device` tool's machine has no
+# network and takes at most 64 MiB of working tree a call; see its README).
+#
+#   scripts/bench-device.sh prepare   here: builds the release CLI, copies it (stripped) into
+#                                     .dev/, downloads the Vulkan loader packages into .gl/ (the
+#                                     device README's recipe), and cuts the models into ≤ 28 MiB
+#                                     pieces under .dev/models/ (both folders git-excluded)
+#   scripts/bench-device.sh run       there (`run` with carry [".gl", ".dev"], in calls that each
+#                                     carry at most 64 MiB: `run piece N` unpacks one piece set)
+#
+# The default model (101 MB) and a Q4_K_M file (105 MB) do not fit one call, so `prepare` writes
+# the pieces into numbered sets .dev/set-1, .dev/set-2, …; each `run` call carries `.gl`, `.dev/bin`
+# and one set, and the last call (`run bench`) joins them (files kept between warm calls) and runs:
+#   hotprefix bench model --json --model M   for each model, and `hotprefix bench kernels`
+# printing one JSON line per model with the adapter string. Record the lines in docs/BENCHMARKS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODELS=${MODELS:-models/SmolLM2-135M-Instruct.Q4_1.gguf models/formats/smollm2-Q4_K_M.gguf}
+case "${1:-}" in
+  prepare)
+    grep -qx '/.gl/' .git/info/exclude 2>/dev/null || echo /.gl/ >>.git/info/exclude
+    grep -qx '/.dev/' .git/info/exclude 2>/dev/null || echo /.dev/ >>.git/info/exclude
+    cargo build --release -p hotprefix-cli
+    rm -rf .dev && mkdir -p .dev/bin
+    cp target/release/hotprefix .dev/bin/ && strip .dev/bin/hotprefix
+    if [ ! -d .gl ] || ! ls .gl/*.deb >/dev/null 2>&1; then
+      mkdir -p .gl /tmp/amd64/partial
+      o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+      apt-get $o update >/dev/null
+      (cd .gl && apt-get $o download libvulkan1 >/dev/null)
+    fi
+    set=0
+    for m in $MODELS; do
+      [ -f "$m" ] || { echo "bench-device: $m is missing (scripts/fetch-model.sh, scripts/make-formats.sh)" >&2; exit 1; }
+      sha256sum "$m" | sed "s|  .*/|  |" >>.dev/models.sha256
+      split -b 28M -d "$m" ".dev/$(basename "$m").part-"
+    done
+    # Two pieces a set: .dev/set-N/ (each call carries one set, .gl and .dev/bin).
+    for p in .dev/*.part-*; do
+      set=$((set + 1)); d=.dev/set-$(( (set + 1) / 2 )); mkdir -p "$d"; mv "$p" "$d/"
+    done
+    du -sh .gl .dev/bin .dev/set-* | sed 's/^/bench-device: /'
+    echo "bench-device: then, per set N: run(command='bash scripts/bench-device.sh run piece', carry=['.gl','.dev/bin','.dev/set-N','.dev/models.sha256'])"
+    echo "bench-device: and last: run(command='bash scripts/bench-device.sh run bench', carry=['.gl','.dev/bin','.dev/models.sha256'])"
+    ;;
+  run)
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    mkdir -p /tmp/hotprefix-models
+    if [ "${2:-}" = piece ]; then
+      cp .dev/set-*/*.part-* /tmp/hotprefix-models/ && ls -la /tmp/hotprefix-models; exit 0
+    fi
+    cd /tmp/hotprefix-models
+    for f in $(sed 's/^[0-9a-f]*  //' "$OLDPWD/.dev/models.sha256"); do cat "$f".part-* >"$f"; done
+    sha256sum -c "$OLDPWD/.dev/models.sha256"
+    cd "$OLDPWD"
+    [ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    for f in $(sed 's/^[0-9a-f]*  //' .dev/models.sha256); do
+      .dev/bin/hotprefix bench model --json --model "/tmp/hotprefix-models/$f" | tee -a "$OUT/bench-device.jsonl"
+    done
+    .dev/bin/hotprefix bench kernels | tee "$OUT/bench-kernels.txt"
+    ;;
+  *) echo "usage: $0 prepare | run [piece|bench]" >&2; exit 2 ;;
+esac
