@@ -1,9 +1,11 @@
 //! Every weight format against llama.cpp on whole models, natively: llama.cpp's own
 //! quantizations of the default model (scripts/make-formats.sh: Q4_K_M, Q5_K_M, Q6_K, Q3_K_S,
 //! Q2_K, Q4_0, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, BF16) and random-weight tiny llama models whose
-//! every matrix has 256-value rows (scripts/make-tiny-formats.sh), each scored on the prompts of
-//! its llama.cpp reference in tests/data/formats/ against bounds derived from llama.cpp against
-//! itself (tests/data/formats/bounds.json, by scripts/format-bounds.py; README beside the data).
+//! every matrix has 256-value rows (scripts/make-tiny-formats.py), each scored on the prompts of
+//! its llama.cpp reference in tests/data/formats/ that bounds.json names (three for the default
+//! model's files, nine for the tiny ones), against bounds derived from llama.cpp against itself on
+//! those prompts (tests/data/formats/bounds.json, by scripts/format-bounds.py; README beside the
+//! data).
 //!
 //! Each file: its tensor types are the histogram recorded when it was made; it loads with GPU
 //! weight bytes within 2% of its GGUF tensor bytes; teacher-forced over prompt + llama.cpp's
@@ -56,11 +58,24 @@ fn check_set(set: &str) {
         let want: BTreeMap<String, u64> =
             f["tensor_types"].as_object().expect("types").iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap())).collect();
         assert_eq!(histogram(&path), want, "{name}: tensor types differ from files.json (rerun scripts/make-formats.sh)");
-        let reference = data(&format!("{stem}-llamacpp.json"));
-        let file = std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-formats.sh", path.display()));
-        let gpu = pollster::block_on(dual::gpu());
-        let (s, gpu_bytes, gguf_bytes) = pollster::block_on(score::score(&gpu, &file, &reference)).unwrap_or_else(|e| panic!("{stem}: {e}"));
         let b = &bounds[stem];
+        // The prompts the bounds were derived on (three of the nine for the default model's files).
+        let mut reference = data(&format!("{stem}-llamacpp.json"));
+        let prompts: Vec<&str> = b["prompts"].as_array().expect("bounds.json: prompts").iter().filter_map(Value::as_str).collect();
+        let kept: Vec<Value> = reference["prompts"]
+            .as_array()
+            .expect("prompts")
+            .iter()
+            .filter(|p| prompts.contains(&p["id"].as_str().unwrap_or("")))
+            .cloned()
+            .collect();
+        assert_eq!(kept.len(), prompts.len(), "{stem}: the reference lacks some of {prompts:?}");
+        reference["prompts"] = Value::Array(kept);
+        let file =
+            std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-formats.sh", path.display()));
+        let gpu = pollster::block_on(dual::gpu());
+        let (s, gpu_bytes, gguf_bytes) =
+            pollster::block_on(score::score(&gpu, &file, &reference)).unwrap_or_else(|e| panic!("{stem}: {e}"));
         let bound = |k: &str| b[k].as_f64().unwrap_or_else(|| panic!("bounds.json: {stem}.{k}"));
         let big: Vec<_> = s.flips.iter().filter(|f| f.2 > bound("max_flip_gap")).collect();
         println!(

@@ -123,4 +123,3 @@ pub async fn score(gpu: &Gpu, file: &[u8], reference: &Value) -> Result<(Score, 
         Ok((s, model.weight_bytes(), gguf_bytes))
     }
 }
-
