@@ -3,6 +3,8 @@
 //! and on random bytes (every pattern of quants, signs, sub-scales and f16 fields).
 //! tests/data/quant/vectors.json is made by scripts/quant-vectors.py (provenance there).
 
+#![cfg(not(target_arch = "wasm32"))]
+
 use base64::Engine as _;
 use hotprefix::model::quant::{self, Format};
 
