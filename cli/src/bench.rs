@@ -89,7 +89,7 @@ pub async fn kernels() -> Result<()> {
 
     println!("\nmatrix-vector, T = 1: effective GB/s = weight bytes / time (vs CPU read {bwn:.1} GB/s)");
     println!("{:<8} {:>6} {:>6} {:>10} {:>10} {:>8} {:>12}", "weights", "K", "N", "MiB", "ms", "GB/s", "% of CPU bw");
-    let shapes = [(1536, 16384), (576, 49152), (576, 1536), (1536, 576)];
+    let shapes: [(usize, usize); 4] = [(1536, 16384), (576, 49152), (576, 1536), (1536, 576)];
     for format in Format::ALL {
         for (k, n) in shapes {
             // K rounded up to the format's block (576 → 768 for the 256-value formats).
