@@ -63,7 +63,6 @@ impl Score {
 /// bytes and the file's tensor bytes.
 pub async fn score(gpu: &Gpu, file: &[u8], reference: &Value) -> Result<(Score, u64, u64), hotprefix::Error> {
     {
-        let gpu = gpu;
         let opts = Options { chunk: 64, context: Some(1024), all_logits: true };
         let model = Model::load(gpu, file, opts).await?;
         let kv = model.kv_cache(gpu, 1024 / 16, 16).await?;
@@ -82,7 +81,7 @@ pub async fn score(gpu: &Gpu, file: &[u8], reference: &Value) -> Result<(Score, 
             let mut seq = kv.sequence(all.len());
             let n = prompt.len();
             model
-                .score(&gpu, &kv, &mut seq, &all, |i, row| {
+                .score(gpu, &kv, &mut seq, &all, |i, row| {
                     let ours = argmax(row);
                     if i < n {
                         let ids5 = ids(&top_ids[i]);
