@@ -4,8 +4,7 @@ its name and layout as llama.cpp's own library gives them (`ggml_blck_size`, `gg
 the reader's table comes from llama.cpp, not from memory. Ids llama.cpp removed (block size 0) are
 left out.
 
-Run it with the peer's venv (built by ../shared/peer/run-peer-speed.sh, or by hand as its README
-says): ~/.cache/hotprefix-peer/venv/bin/python scripts/ggml-types.py
+Run it with the peer's venv: $(scripts/peer/venv.sh) scripts/ggml-types.py
 """
 import ctypes
 import os
