@@ -76,43 +76,12 @@ fn check_set(set: &str) {
         let gpu = pollster::block_on(dual::gpu());
         let (s, gpu_bytes, gguf_bytes) =
             pollster::block_on(score::score(&gpu, &file, &reference)).unwrap_or_else(|e| panic!("{stem}: {e}"));
-        let bound = |k: &str| b[k].as_f64().unwrap_or_else(|| panic!("bounds.json: {stem}.{k}"));
-        let big: Vec<_> = s.flips.iter().filter(|f| f.2 > bound("max_flip_gap")).collect();
         println!(
-            "{stem} ({ftype}, {want:?}): GPU {gpu_bytes} B for {gguf_bytes} B GGUF ({:+.2}%); top-1 {}/{} = {:.2}% (≥ {:.2}%), max flip gap {:.3} (≤ {:.3}), mean |Δlogit| {:.4} (≤ {:.4}), KL {:.5} (≤ {:.5}), greedy {:.2}% (≥ {:.2}%)",
+            "{stem} ({ftype}, {want:?}): GPU {gpu_bytes} B for {gguf_bytes} B GGUF ({:+.2}%); {}",
             100.0 * (gpu_bytes as f64 / gguf_bytes as f64 - 1.0),
-            s.agree,
-            s.positions,
-            100.0 * s.top1(),
-            100.0 * bound("top1"),
-            s.max_flip_gap(),
-            bound("max_flip_gap"),
-            s.dmean(),
-            bound("dmean_top5"),
-            s.kl(),
-            bound("kl"),
-            100.0 * s.greedy(),
-            100.0 * bound("greedy")
+            s.summary(b)
         );
-        let mut fail = |what: String| failures.push(format!("{stem}: {what}"));
-        if gpu_bytes as f64 > 1.02 * gguf_bytes as f64 {
-            fail(format!("GPU weight bytes {gpu_bytes} > 1.02 × GGUF {gguf_bytes}"));
-        }
-        if s.top1() < bound("top1") {
-            fail(format!("top-1 {:.4} < {:.4}", s.top1(), bound("top1")));
-        }
-        if !big.is_empty() {
-            fail(format!("top-1 flips where llama.cpp's gap > {}: {big:?}", bound("max_flip_gap")));
-        }
-        if s.dmean() > bound("dmean_top5") {
-            fail(format!("mean |Δlogit| {:.4} > {:.4}", s.dmean(), bound("dmean_top5")));
-        }
-        if s.kl() > bound("kl") {
-            fail(format!("KL {:.5} > {:.5}", s.kl(), bound("kl")));
-        }
-        if s.greedy() < bound("greedy") {
-            fail(format!("greedy agreement {:.4} < {:.4}", s.greedy(), bound("greedy")));
-        }
+        failures.extend(s.failures(b, 0.0, gpu_bytes, gguf_bytes).into_iter().map(|f| format!("{stem}: {f}")));
         checked += 1;
     }
     assert!(checked > 0, "no {set} files in tests/data/formats/files.json");

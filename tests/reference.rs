@@ -5,25 +5,12 @@
 
 use base64::Engine as _;
 use hotprefix::model::{Model, Options};
-use serde_json::Value;
 
 mod common;
 mod dual;
+mod score;
 use common::{model_bytes, reference as load_json};
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
-fn argmax(r: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, v) in r.iter().enumerate() {
-        if *v > r[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
+use score::{argmax, ids};
 
 fn log_softmax(r: &[f32]) -> Vec<f64> {
     let m = r.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
