@@ -4,8 +4,10 @@
 // browser's memory (PSS summed over every Chromium process, sampled every 50 ms) before, at its
 // peak during, and after the load. SwiftShader keeps "GPU" buffers in the GPU process's memory,
 // so the weights on the GPU are counted too.
-// Usage: node scripts/bench-load.mjs [--worker=false] [--kv-budget-mb=N]   (installs what it needs,
-// and builds the package with scripts/pack.sh if it is not built)
+// Usage: node scripts/bench-load.mjs [--worker=false] [--kv-budget-mb=N] [--model=PATH]   (installs
+// what it needs, and builds the package with scripts/pack.sh if it is not built). PATH is under
+// models/ (default: the default model), e.g. --model=formats/smollm2-BF16.gguf from
+// scripts/make-formats.sh.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
@@ -14,7 +16,7 @@ import { serve, CHROMIUM } from '../tests/page/serve.mjs';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const chromium = await prepare();
-const MODEL = 'SmolLM2-135M-Instruct.Q4_1.gguf';
+const MODEL = process.argv.find((a) => a.startsWith('--model='))?.slice('--model='.length) ?? 'SmolLM2-135M-Instruct.Q4_1.gguf';
 const worker = !process.argv.includes('--worker=false');
 const kvBudgetMB = Number(process.argv.find((a) => a.startsWith('--kv-budget-mb='))?.split('=')[1]) || undefined;
 const mb = (b) => Math.round(b / 1048576);
@@ -69,7 +71,7 @@ try {
   const second = await load();
   const file = statSync(join(ROOT, 'models', MODEL)).size;
   const fig = {
-    worker, kv_budget_mb: kvBudgetMB ?? 'default (512)', file_mb: mb(file), adapter: first.adapter,
+    model: MODEL, worker, kv_budget_mb: kvBudgetMB ?? 'default (512)', file_mb: mb(file), adapter: first.adapter,
     first_load: { ms: Math.round(first.ms), download_ms: Math.round(first.marks.upload), cached: first.marks.cached },
     second_load_from_cache_storage: { ms: Math.round(second.ms), cached: second.marks.cached },
     wasm_heap_mb: mb(first.wasmHeapBytes),

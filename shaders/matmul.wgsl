@@ -19,6 +19,8 @@ override XLOAD: u32 = 0u;
 // 1: y += x · Wᵀ (the residual connection fused into the projection); 0: y = x · Wᵀ.
 override ACC: u32 = 0u;
 override WG: u32 = 64u;
+// `matmul`: 1 decodes block formats a 32-value chunk at a time (CPU adapters), 0 a quad at a time.
+override CHUNK: u32 = 0u;
 
 struct Params {
     t: u32,     // tokens (rows of x and y)
@@ -175,7 +177,30 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>) {
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
     var a3 = vec4<f32>(0.0);
-    for (var i = 0u; i < k4n; i++) {
+    // Block formats with CHUNK (CPU adapters): a 32-value chunk of each row at a time, its header
+    // read once (quant.wgsl's chunk8); otherwise a quad at a time (w4).
+    var c0: array<vec4<f32>, 8>;
+    var c1: array<vec4<f32>, 8>;
+    var c2: array<vec4<f32>, 8>;
+    var c3: array<vec4<f32>, 8>;
+    for (var c = 0u; c < select(0u, p.k / 32u, BLOCK > 1u && CHUNK == 1u); c++) {
+        chunk8(r.x, c, &c0);
+        chunk8(r.y, c, &c1);
+        chunk8(r.z, c, &c2);
+        chunk8(r.w, c, &c3);
+        for (var j = 0u; j < 8u; j++) {
+            let i = 8u * c + j;
+            let x0 = x[tt.x + i];
+            let x1 = x[tt.y + i];
+            let x2 = x[tt.z + i];
+            let x3 = x[tt.w + i];
+            a0 += vec4<f32>(dot(x0, c0[j]), dot(x0, c1[j]), dot(x0, c2[j]), dot(x0, c3[j]));
+            a1 += vec4<f32>(dot(x1, c0[j]), dot(x1, c1[j]), dot(x1, c2[j]), dot(x1, c3[j]));
+            a2 += vec4<f32>(dot(x2, c0[j]), dot(x2, c1[j]), dot(x2, c2[j]), dot(x2, c3[j]));
+            a3 += vec4<f32>(dot(x3, c0[j]), dot(x3, c1[j]), dot(x3, c2[j]), dot(x3, c3[j]));
+        }
+    }
+    for (var i = 0u; i < select(k4n, 0u, BLOCK > 1u && CHUNK == 1u); i++) {
         let w0 = w4(r.x, i);
         let w1 = w4(r.y, i);
         let w2 = w4(r.z, i);

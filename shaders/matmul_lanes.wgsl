@@ -1,6 +1,6 @@
-// Matrix-vector product for CPU adapters with subgroups of at least 8 lanes (ops::Variant::Lanes),
-// every block format (`matvec_lanes`), and a tiled matmul for FMT_Q8_0 and FMT_Q4_1 (the `lanes`
-// column of FORMATS: `matmul_lanes`). Appended to quant.wgsl and matmul.wgsl (ops/matmul.rs
+// Matrix-vector product for CPU adapters with subgroups of at least 8 lanes (ops::Variant::Lanes)
+// and a tiled matmul (`matmul_lanes`), for every block format: FMT_Q8_0 and FMT_Q4_1 (the `lanes`
+// column of FORMATS) with products of their own, the others dequantized by quant.wgsl's `chunk8`. Appended to quant.wgsl and matmul.wgsl (ops/matmul.rs
 // concatenates them), whose layout, bindings, x_at, dot_chunk, finish, store, FORMAT, XLOAD, ACC,
 // WG, G and R it uses: a module of its own, because subgroup operations need
 // the device's SUBGROUP feature (no `enable subgroups;`: naga, wgpu 30, rejects it, so the kernel
@@ -98,6 +98,23 @@ fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup
         let x1 = x[xb + c * 8u + 1u];
         let x2 = x[xb + c * 8u + 2u];
         let x3 = x[xb + c * 8u + 3u];
+        if FORMAT != FMT_Q8_0 && FORMAT != FMT_Q4_1 {
+            // The other block formats: each row's chunk dequantized by quant.wgsl's chunk8
+            // (header read once), then the same products.
+            var w0: array<vec4<f32>, 8>;
+            var w1: array<vec4<f32>, 8>;
+            var w2: array<vec4<f32>, 8>;
+            var w3: array<vec4<f32>, 8>;
+            chunk8(r.x, c, &w0);
+            chunk8(r.y, c, &w1);
+            chunk8(r.z, c, &w2);
+            chunk8(r.w, c, &w3);
+            acc += transpose(tokens_lo(x0)) * mat4x4<f32>(w0[0], w1[0], w2[0], w3[0]) + transpose(tokens_lo(x1)) * mat4x4<f32>(w0[1], w1[1], w2[1], w3[1])
+                 + transpose(tokens_lo(x2)) * mat4x4<f32>(w0[2], w1[2], w2[2], w3[2]) + transpose(tokens_lo(x3)) * mat4x4<f32>(w0[3], w1[3], w2[3], w3[3])
+                 + transpose(tokens_hi(x0)) * mat4x4<f32>(w0[4], w1[4], w2[4], w3[4]) + transpose(tokens_hi(x1)) * mat4x4<f32>(w0[5], w1[5], w2[5], w3[5])
+                 + transpose(tokens_hi(x2)) * mat4x4<f32>(w0[6], w1[6], w2[6], w3[6]) + transpose(tokens_hi(x3)) * mat4x4<f32>(w0[7], w1[7], w2[7], w3[7]);
+            continue;
+        }
         // Each row's block body, and its scale d (split out for Q8_0, word 0 of Q4_1's body).
         let b = vec4<u32>(blk(r.x, c), blk(r.y, c), blk(r.z, c), blk(r.w, c));
         var h: vec4<f32>;

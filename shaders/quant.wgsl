@@ -316,3 +316,118 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
     }
     return iq4xs_scale(bb, sb) * s0;
 }
+
+// The 32 values of chunk c of the row at rb (a 32-value block, or sub-block c % 8 of a 256-value
+// block) as 8 quads, each header read once: the tiled matmuls (a quad at a time through `w4`
+// re-reads the header for each of them). Block formats only.
+fn chunk8(rb: u32, c: u32, o: ptr<function, array<vec4<f32>, 8>>) {
+    if FORMAT == FMT_Q8_0 {
+        let bb = blk(rb, c);
+        let d = blk_d(rb, c);
+        for (var i = 0u; i < 8u; i++) {
+            (*o)[i] = d * i8x4(wd(bb, i));
+        }
+        return;
+    } else if FORMAT == FMT_Q4_1 {
+        let bb = blk(rb, c);
+        let dm = unpack2x16float(wd(bb, 0u));
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, 1u + i);
+            (*o)[i] = dm.x * nib(q, 0u) + dm.y;
+            (*o)[i + 4u] = dm.x * nib(q, 4u) + dm.y;
+        }
+        return;
+    } else if FORMAT == FMT_Q4_0 {
+        let bb = blk(rb, c);
+        let d = blk_d(rb, c);
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, i);
+            (*o)[i] = d * (nib(q, 0u) - 8.0);
+            (*o)[i + 4u] = d * (nib(q, 4u) - 8.0);
+        }
+        return;
+    } else if FORMAT == FMT_Q5_0 || FORMAT == FMT_Q5_1 {
+        let bb = blk(rb, c);
+        // Q5_0: d split out, x = d·(q − 16); Q5_1: d and m in word 0, x = d·q + m (as w4).
+        var dm = vec2<f32>(blk_d(rb, c), 0.0);
+        var sub = 16.0;
+        var off = 0u;
+        if FORMAT == FMT_Q5_1 {
+            dm = unpack2x16float(wd(bb, 0u));
+            sub = 0.0;
+            off = 1u;
+        }
+        let qh = wd(bb, off);
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, off + 1u + i);
+            (*o)[i] = dm.x * (nib(q, 0u) + 16.0 * bits4(qh, 4u * i) - sub) + dm.y;
+            (*o)[i + 4u] = dm.x * (nib(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i) - sub) + dm.y;
+        }
+        return;
+    } else if FORMAT == FMT_IQ4_NL {
+        let bb = blk(rb, c);
+        let d = blk_d(rb, c);
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, i);
+            (*o)[i] = d * iq4(q, 0u);
+            (*o)[i + 4u] = d * iq4(q, 4u);
+        }
+        return;
+    }
+    // The 256-value formats: sub-block sb of block b.
+    let b = c / 8u;
+    let sb = c % 8u;
+    let bb = blk(rb, b);
+    if FORMAT == FMT_Q2_K {
+        let dm = unpack2x16float(wd(bb, 20u));
+        let sc = (wd(bb, sb / 2u) >> (16u * (sb % 2u))) & 0xffffu;
+        let d0 = dm.x * f32(sc & 15u);
+        let m0 = dm.y * f32((sc >> 4u) & 15u);
+        let d1 = dm.x * f32((sc >> 8u) & 15u);
+        let m1 = dm.y * f32(sc >> 12u);
+        for (var i = 0u; i < 4u; i++) {
+            (*o)[i] = d0 * field(wd(bb, 4u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) - m0;
+            (*o)[i + 4u] = d1 * field(wd(bb, 8u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) - m1;
+        }
+    } else if FORMAT == FMT_Q3_K {
+        let d = blk_d(rb, b);
+        let d0 = d * q3k_scale(bb, 2u * sb);
+        let d1 = d * q3k_scale(bb, 2u * sb + 1u);
+        for (var i = 0u; i < 4u; i++) {
+            (*o)[i] = d0 * (field(wd(bb, 8u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) + 4.0 * field(wd(bb, i), sb, 1u) - 4.0);
+            (*o)[i + 4u] = d1 * (field(wd(bb, 12u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) + 4.0 * field(wd(bb, 4u + i), sb, 1u) - 4.0);
+        }
+    } else if FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K {
+        let dm = unpack2x16float(wd(bb, 0u));
+        let sm = k4_scale_min(bb, sb);
+        let d = dm.x * sm.x;
+        let m = dm.y * sm.y;
+        let qs = select(4u, 12u, FORMAT == FMT_Q5_K) + 8u * (sb / 2u);
+        for (var i = 0u; i < 8u; i++) {
+            var q = nib(wd(bb, qs + i), 4u * (sb % 2u));
+            if FORMAT == FMT_Q5_K {
+                q += 16.0 * field(wd(bb, 4u + i), sb, 1u);
+            }
+            (*o)[i] = d * q - m;
+        }
+    } else if FORMAT == FMT_Q6_K {
+        let n = sb / 4u;
+        let g = sb % 4u;
+        let d = blk_d(rb, b);
+        let sc = wd(bb, 48u + sb / 2u) >> (16u * (sb % 2u));
+        let d0 = d * i8_of(sc & 255u);
+        let d1 = d * i8_of((sc >> 8u) & 255u);
+        for (var i = 0u; i < 4u; i++) {
+            (*o)[i] = d0 * (nib(wd(bb, 16u * n + 8u * (g % 2u) + i), 4u * (g / 2u)) + 16.0 * field(wd(bb, 32u + 8u * n + i), 2u * g, 3u) - 32.0);
+            (*o)[i + 4u] = d1 * (nib(wd(bb, 16u * n + 8u * (g % 2u) + 4u + i), 4u * (g / 2u)) + 16.0 * field(wd(bb, 36u + 8u * n + i), 2u * g, 3u) - 32.0);
+        }
+    } else {
+        // FORMAT == FMT_IQ4_XS
+        let d = iq4xs_scale(bb, sb);
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, 2u + 4u * sb + i);
+            (*o)[i] = d * iq4(q, 0u);
+            (*o)[i + 4u] = d * iq4(q, 4u);
+        }
+    }
+}

@@ -12,7 +12,7 @@ use hotprefix::model::{Model, Options};
 use hotprefix::ops::Variant;
 use hotprefix::quant::Format;
 use hotprefix::rng::Rng;
-use hotprefix::selftest::time_matmul;
+use hotprefix::selftest::{time_matmul, time_matmul_on};
 use hotprefix::Result;
 
 /// Best of `runs` timings of `f`, in seconds.
@@ -68,7 +68,15 @@ fn cpu_sgemm_gflops(m: usize, k: usize, n: usize) -> f64 {
 }
 
 /// `hotprefix bench kernels`: matmul GFLOP/s at prefill shapes, matrix-vector GB/s per format.
-pub async fn kernels() -> Result<()> {
+pub async fn kernels(formats: &str) -> Result<()> {
+    let formats: Vec<Format> = if formats.is_empty() {
+        Format::ALL.to_vec()
+    } else {
+        formats
+            .split(',')
+            .map(|n| Format::from_name(n).ok_or_else(|| hotprefix::Error::InvalidArgument(format!("--formats: unknown format {n:?}"))))
+            .collect::<Result<_>>()?
+    };
     let gpu = Gpu::new().await?;
     println!("adapter: {}", gpu.describe());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -76,22 +84,38 @@ pub async fn kernels() -> Result<()> {
     let bwn = cpu_read_gbs(threads);
     println!("cpu read bandwidth (256 MiB, sum): {bw1:.1} GB/s 1 thread, {bwn:.1} GB/s {threads} threads");
 
-    println!("\nprefill matmul, T = 512 (GPU = our kernel; CPU = matrixmultiply sgemm on f32, {threads} threads)");
-    println!("{:<8} {:>6} {:>6} {:>10} {:>12} {:>12}", "weights", "K", "N", "ms", "GPU GFLOP/s", "CPU GFLOP/s");
-    let t = 512;
-    for (format, k, n) in [(Format::Q4_1, 576, 576), (Format::Q4_1, 576, 1536), (Format::Q4_1, 1536, 576), (Format::Q8_0, 576, 49152)] {
-        let reps = if n > 10_000 { 2 } else { 10 };
-        let (ms, _) = time_matmul(&gpu, format, t, k, n, reps).await?;
-        let gflops = 2.0 * (t * k * n) as f64 / (ms * 1e6);
-        let cpu = cpu_sgemm_gflops(t, k, n);
-        println!("{:<8} {k:>6} {n:>6} {ms:>10.2} {gflops:>12.2} {cpu:>12.2}", format.name());
+    // The fixed prefill shapes only for the whole table (`--formats` picks formats to compare).
+    if formats.len() == Format::ALL.len() {
+        println!("\nprefill matmul, T = 512 (GPU = our kernel; CPU = matrixmultiply sgemm on f32, {threads} threads)");
+        println!("{:<8} {:>6} {:>6} {:>10} {:>12} {:>12}", "weights", "K", "N", "ms", "GPU GFLOP/s", "CPU GFLOP/s");
+        let t = 512;
+        for (format, k, n) in [(Format::Q4_1, 576, 576), (Format::Q4_1, 576, 1536), (Format::Q4_1, 1536, 576), (Format::Q8_0, 576, 49152)] {
+            let reps = if n > 10_000 { 2 } else { 10 };
+            let (ms, _) = time_matmul(&gpu, format, t, k, n, reps).await?;
+            let gflops = 2.0 * (t * k * n) as f64 / (ms * 1e6);
+            let cpu = cpu_sgemm_gflops(t, k, n);
+            println!("{:<8} {k:>6} {n:>6} {ms:>10.2} {gflops:>12.2} {cpu:>12.2}", format.name());
+        }
+    }
+
+    let kinds = Variant::available(&gpu);
+    println!("\nprefill matmul per format, T = 128, K = 1536, N = 576: GPU GFLOP/s of each variant's tiled kernel");
+    println!("{:<8} {}", "weights", kinds.iter().map(|k| format!("{:>10}", format!("{k:?}"))).collect::<String>());
+    for &format in &formats {
+        let (t, k, n) = (128, 1536, 576);
+        let mut line = format!("{:<8}", format.name());
+        for &kind in &kinds {
+            let (ms, _) = time_matmul_on(&gpu, format, t, k, n, 5, Some(kind)).await?;
+            line += &format!(" {:>9.2}", 2.0 * (t * k * n) as f64 / (ms * 1e6));
+        }
+        println!("{line}");
     }
 
     println!("\nmatrix-vector, T = 1: effective GB/s = weight bytes / time (vs CPU read {bwn:.1} GB/s)");
     println!("{:<8} {:>6} {:>6} {:>10} {:>10} {:>8} {:>12}", "weights", "K", "N", "MiB", "ms", "GB/s", "% of CPU bw");
     let shapes: [(usize, usize); 4] = [(1536, 16384), (576, 49152), (576, 1536), (1536, 576)];
-    for format in Format::ALL {
-        for (k, n) in shapes {
+    for &format in &formats {
+        for &(k, n) in &shapes[..if formats.len() == Format::ALL.len() { 4 } else { 2 }] {
             // K rounded up to the format's block (576 → 768 for the 256-value formats).
             let k = k.next_multiple_of(format.block());
             let (ms, bytes) = time_matmul(&gpu, format, 1, k, n, 50).await?;

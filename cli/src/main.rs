@@ -114,6 +114,9 @@ enum Cmd {
         /// `bench profile`: `decode`, `decode-short` (after 128 tokens only), `prefill` or `all`.
         #[arg(long, default_value = "all")]
         section: String,
+        /// `bench kernels`: the weight formats to time (comma-separated names; default all).
+        #[arg(long, default_value = "")]
+        formats: String,
     },
 }
 
@@ -144,9 +147,9 @@ fn main() -> ExitCode {
                 session::run(&model, &requests, opts).await
             }
             Cmd::Info { model, json } => info::info(&model, json),
-            Cmd::Bench { what, model, json, runs, kernels, section } => match what.as_str() {
+            Cmd::Bench { what, model, json, runs, kernels, section, formats } => match what.as_str() {
                 "model" => bench::model(&model, json, runs.max(1), &kernels).await,
-                "kernels" => bench::kernels().await,
+                "kernels" => bench::kernels(&formats).await,
                 "profile" => bench::profile(&model, json, &section, &kernels).await,
                 "cache" => bench::cache(&model, json).await,
                 other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model, kernels, cache or profile"))),

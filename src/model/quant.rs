@@ -80,8 +80,8 @@ pub struct FormatInfo {
     pub halves: &'static [usize],
     /// The value of the shader's `FORMAT` override (`FMT_<name>` in `shaders/quant.wgsl`).
     pub shader_id: u32,
-    /// Whether `shaders/matmul_lanes.wgsl`'s tiled `matmul_lanes` decodes it (its `matvec_lanes`
-    /// runs every block format).
+    /// Whether `shaders/matmul_lanes.wgsl`'s tiled `matmul_lanes` has a decode of its own for it,
+    /// each block's header read once (it runs the other block formats through `quant.wgsl`'s `w4`).
     pub lanes: bool,
     /// Appends one GGUF block's values (the CPU oracle, bit-exact with ggml's `dequantize_row_*`).
     pub dequantize: fn(&[u8], &mut Vec<f32>),

@@ -191,7 +191,7 @@ pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: 
 /// does not depend on which other rows share the dispatch, so a prompt computed in any split into
 /// chunks — a cached prefix and a new suffix, or all at once — gets the same K/V bit for bit:
 /// prefill uses it, decode the faster matrix-vector kernel. `kind` picks the tiled kernel
-/// (`Lanes`: `matmul_lanes` for the formats it decodes; otherwise `matmul`).
+/// (`Lanes`: `matmul_lanes` for the block formats; otherwise `matmul`).
 pub fn matmul_exact(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: Variant) -> Result<()> {
     matmul_into(b, x, w, y, t, acc, true, kind)
 }
@@ -222,8 +222,16 @@ fn matmul_into(
         let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
         let params = [u(t), u(w.k), u(part.n), u(part.format.gpu_row_words(w.k)), 0, 0, u(w.n), u(part.row0)];
         let groups = [u(part.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
-        let kernel = if lanes_tiled(b.gpu(), kind, part.format) { &MATMUL_LANES } else { &MATMUL };
-        b.dispatch(kernel, &consts, &params, &[x, &part.buf, y], groups)?;
+        if lanes_tiled(b.gpu(), kind, part.format) {
+            b.dispatch(&MATMUL_LANES, &consts, &params, &[x, &part.buf, y], groups)?;
+        } else {
+            // CPU adapters decode a block format's rows a 32-value chunk at a time (each header
+            // read once: 1.4–1.7× the quad-at-a-time decode on lavapipe, docs/BENCHMARKS.md);
+            // GPUs keep the quad-at-a-time loop (no 32 more live vectors a lane; unmeasured there).
+            let chunk = b.gpu().info.device_type == wgpu::DeviceType::Cpu;
+            let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("CHUNK", chunk as u32 as f64)];
+            b.dispatch(&MATMUL, &consts, &params, &[x, &part.buf, y], groups)?;
+        }
     }
     Ok(())
 }
@@ -328,11 +336,11 @@ pub(super) fn format_consts(f: Format) -> [(&'static str, f64); 4] {
     ]
 }
 
-/// Whether `kind` runs `matmul_lanes.wgsl`'s tiled `matmul_lanes` on weights of `format`: the
-/// formats it decodes (the `lanes` column of the format table), where 8 lanes share a block's x by
-/// subgroup broadcast (subgroups of at least 8 lanes).
+/// Whether `kind` runs `matmul_lanes.wgsl`'s tiled `matmul_lanes` on weights of `format`: every
+/// block format (32-value chunks), where 8 lanes share a chunk's x by subgroup broadcast
+/// (subgroups of at least 8 lanes).
 fn lanes_tiled(gpu: &Gpu, kind: Variant, format: Format) -> bool {
-    kind == Variant::Lanes && format.info().lanes && gpu.caps.subgroup_size.is_some_and(|n| n >= 8)
+    kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8)
 }
 
 /// Whether `kind` runs `matvec_lanes` on weights of `format`: every block format (its chunks are

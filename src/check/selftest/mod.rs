@@ -348,6 +348,19 @@ pub(crate) fn weights(rng: &mut Rng, format: Format, n: usize, amp: f32) -> Resu
 /// Times `y = x · Wᵀ` on random weights of `format` (no oracle: for benchmarks): the median of
 /// 5 rounds of `reps` back-to-back runs. Returns milliseconds per run and the weight's GPU bytes.
 pub async fn time_matmul(gpu: &Gpu, format: Format, t: usize, k: usize, n: usize, reps: usize) -> Result<(f64, u64)> {
+    time_matmul_on(gpu, format, t, k, n, reps, None).await
+}
+
+/// As [`time_matmul`], the tiled kernel of `kind` if given (`ops::matmul_exact`: whatever T is).
+pub async fn time_matmul_on(
+    gpu: &Gpu,
+    format: Format,
+    t: usize,
+    k: usize,
+    n: usize,
+    reps: usize,
+    kind: Option<Variant>,
+) -> Result<(f64, u64)> {
     let mut rng = Rng(42);
     let wq = weights(&mut rng, format, n * k, 0.5)?;
     let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
@@ -355,7 +368,11 @@ pub async fn time_matmul(gpu: &Gpu, format: Format, t: usize, k: usize, n: usize
     let yb = gpu.storage("y", 4 * (t * n) as u64).await?;
     let mut rounds = Vec::new();
     for _ in 0..5 {
-        rounds.push(execute(gpu, reps.max(1), |b| ops::matmul(b, &xb, &w, &yb, t)).await?.unwrap_or(0.0));
+        let ms = match kind {
+            Some(kind) => execute(gpu, reps.max(1), |b| ops::matmul_exact(b, &xb, &w, &yb, t, false, kind)).await?,
+            None => execute(gpu, reps.max(1), |b| ops::matmul(b, &xb, &w, &yb, t)).await?,
+        };
+        rounds.push(ms.unwrap_or(0.0));
     }
     rounds.sort_by(f64::total_cmp);
     Ok((rounds[2], w.bytes()))

@@ -1,0 +1,45 @@
+//! The browser format check shared by tests/formats_browser*.rs: a file scored against llama.cpp's
+//! reference as tests/formats.rs scores it natively, on two of the reference's prompts (SwiftShader
+//! is slow), against the same per-file bounds.
+#![allow(dead_code)]
+
+use serde_json::Value;
+
+use crate::{dual, score};
+
+/// Scores `file` on the reference's prompts `ids` against the bounds of `stem`.
+pub async fn check(stem: &str, file: &[u8], reference: &str, prompts: &[&str]) {
+    let bounds: Value = serde_json::from_str(include_str!("../data/formats/bounds.json")).expect("bounds.json");
+    let mut reference: Value = serde_json::from_str(reference).expect("reference JSON");
+    let all = reference["prompts"].as_array().expect("prompts").clone();
+    reference["prompts"] = Value::Array(all.into_iter().filter(|p| prompts.contains(&p["id"].as_str().unwrap_or(""))).collect());
+    assert_eq!(reference["prompts"].as_array().map(Vec::len), Some(prompts.len()), "{stem}: prompts {prompts:?}");
+    let gpu = dual::gpu().await;
+    let (s, gpu_bytes, gguf_bytes) = score::score(&gpu, file, &reference).await.unwrap_or_else(|e| panic!("{stem}: {e}"));
+    let b = &bounds[stem];
+    wasm_bindgen_test::console_log!("{stem} on {}: {}", gpu.describe(), s.summary(b));
+    // Two prompts are fewer positions than the bounds were pooled over: 5 points of slack on the
+    // top-1 and greedy floors.
+    let failures = s.failures(b, 0.05, gpu_bytes, gguf_bytes);
+    assert!(failures.is_empty(), "{stem}: {}", failures.join("; "));
+}
+
+pub const PROMPTS: &[&str] = &["pub-06-chat-sky", "pub-09-chat-math"];
+
+/// One browser test: the tiny file `$stem` (models/formats/$stem.gguf), compiled into the test
+/// binary (the browser test cannot read files), against its reference.
+macro_rules! tiny_format_test {
+    ($name:ident, $stem:literal) => {
+        #[wasm_bindgen_test::wasm_bindgen_test]
+        async fn $name() {
+            let file = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/models/formats/", $stem, ".gguf"));
+            format_check::check(
+                $stem,
+                file,
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/formats/", $stem, "-llamacpp.json")),
+                format_check::PROMPTS,
+            )
+            .await;
+        }
+    };
+}
