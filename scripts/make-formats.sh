@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMOLLM2=${SMOLLM2_FTYPES:-Q4_K_M Q5_K_M Q6_K Q3_K_S Q2_K Q4_0 Q5_0 Q5_1 Q8_0 IQ4_NL IQ4_XS BF16}
-TINY=${TINY_FTYPES:-Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_XS Q4_0 Q5_0 Q5_1 Q8_0 IQ4_NL BF16}
+TINY=${TINY_FTYPES:-Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_XS Q4_0 Q5_0 Q5_1 Q8_0 IQ4_NL BF16 F16}
 record=${1:-}
 scripts/fetch-model.sh >/dev/null
 PY=$(scripts/peer/venv.sh)

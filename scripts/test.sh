@@ -28,10 +28,10 @@ cargo clippy --lib --target wasm32-unknown-unknown -- -D warnings
 stage "format models: scripts/make-formats.sh (llama.cpp's quantizer; builds its venv once)"
 bash scripts/make-formats.sh
 
-stage "native tests: cargo test --workspace --release (llama.cpp agreement: ~2,700 tokens on the default model, 363 on each of its 12 requantizations, 953 on each of 13 tiny format files)"
+stage "native tests: cargo test --workspace --release (llama.cpp agreement: ~2,700 tokens on the default model, 363 on each of its 12 requantizations, 953 on each of 14 tiny format files)"
 cargo test --workspace --release
 
-stage "browser tests: wasm-pack test --headless --chrome"
+stage "browser tests: wasm-pack test --headless --chrome (kernels, the tiny models, every weight format on 14 tiny files)"
 # The runner allows 20 s per test binary by default; SwiftShader runs the tiny model's cache tests
 # slowly (several forward passes per test), so allow more.
 WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-180} wasm-pack test --headless --chrome

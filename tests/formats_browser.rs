@@ -2,7 +2,7 @@
 //! presets: llama.cpp's Q2_K, Q3_K_M and Q4_K_M quantizations of the tiny 256-wide llama
 //! (tests/data/formats/README.md; Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights in every role, the
 //! embedding and tied head included). tests/formats_browser_32.rs and _floats.rs hold the other
-//! formats: one test binary each, as the files are compiled in (~40–90 MB a binary). The files
+//! formats (every format then runs in a whole model in the browser): one test binary each, as the files are compiled in (~40–90 MB a binary). The files
 //! are made by scripts/make-formats.sh (scripts/test.sh runs it before the browser tests).
 #![cfg(target_arch = "wasm32")]
 
