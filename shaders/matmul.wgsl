@@ -97,6 +97,8 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
         acc[j] = vec4<f32>(0.0);
     }
     var xv: array<vec4<f32>, 8>;
+    // Each row's current block header (quant.wgsl's has_header formats): loaded once a block.
+    var hd: array<vec4<u32>, 8>;
     var ss = 0.0;
     for (var c = 0u; c < chunks; c++) {
         var xsum = vec4<f32>(0.0);
@@ -104,8 +106,13 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
             xv[i] = x_at(t, c * per + i, &ss);
             xsum += xv[i];
         }
+        if has_header() && c % 8u == 0u {
+            for (var j = 0u; j < R; j++) {
+                hd[j] = header(rb[j], c);
+            }
+        }
         for (var j = 0u; j < R; j++) {
-            acc[j] += dot_chunk(rb[j], c, &xv, xsum);
+            acc[j] += dot_chunk(rb[j], c, &xv, xsum, hd[j]);
         }
     }
     for (var j = 0u; j < R; j++) {
@@ -143,7 +150,7 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
             xv[i] = x_at(t, c * per + i, &ss);
             xsum += xv[i];
         }
-        acc += dot_chunk(rb, c, &xv, xsum);
+        acc += dot_chunk(rb, c, &xv, xsum, header(rb, c));
     }
     red[lid] = dot(acc, vec4<f32>(1.0));
     red_ss[lid] = ss;

@@ -28,6 +28,7 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
         acc[j] = vec4<f32>(0.0);
     }
     var xv: array<vec4<f32>, 8>;
+    var hd: array<vec4<u32>, 8>; // as matvec's
     var ss = 0.0;
     for (var c = 0u; c < chunks; c++) {
         let own = x_at(t, c * 8u + sl % 8u, &ss);
@@ -40,8 +41,13 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
         xv[6] = subgroupBroadcast(own, 6u);
         xv[7] = subgroupBroadcast(own, 7u);
         let xsum = xv[0] + xv[1] + xv[2] + xv[3] + xv[4] + xv[5] + xv[6] + xv[7];
+        if has_header() && c % 8u == 0u {
+            for (var j = 0u; j < R; j++) {
+                hd[j] = header(rb[j], c);
+            }
+        }
         for (var j = 0u; j < R; j++) {
-            acc[j] += dot_chunk(rb[j], c, &xv, xsum);
+            acc[j] += dot_chunk(rb[j], c, &xv, xsum, hd[j]);
         }
     }
     // XLOAD 1: each lane summed the squares of its own quads; Σx² is the sum over the 8.

@@ -8,13 +8,17 @@
 // is its GGUF blocks, BW words each; for the formats whose blocks are 4n + 2 bytes (SPLIT = 1:
 // Q8_0, Q4_0, Q5_0, IQ4_NL, Q3_K, Q6_K) each block's f16 scale d is moved to a header at the
 // start of the row (two a word, block b in half b % 2 of word b / 2) and the rest of the block
-// (BW words) follows. Float rows: F32 one value a word; F16 and BF16 two (the low half first).
+// (BW words) follows. Q4_K and Q5_K blocks are rearranged within (quant.rs's `permute` column):
+// each sub-block's values are whole words. Float rows: F32 one value a word; F16 and BF16 two
+// (the low half first).
 //
-// Every block format is read through two functions: `w4` (4 values at 4·k4, for the tiled matmul
-// and the embedding lookup) and `dot_chunk` (the dot product of a 32-value chunk with its x
-// values, each header read once, for the matrix-vector kernels). The 256-value formats split a
-// block into 8 such chunks (sub-block sb = chunk % 8). Block layouts are ggml's (ggml-common.h);
-// word offsets below are within a block's BW words.
+// Every block format is read through three functions: `w4` (4 values at 4·k4, for the embedding
+// lookup and the tiled matmul on GPUs), `chunk8` (a 32-value chunk's values, each header read
+// once: the tiled matmuls on CPU adapters) and `dot_chunk` (the dot product of a 32-value chunk
+// with its x values, each header read once, for the matrix-vector kernels). The 256-value formats
+// split a block into 8 such chunks (sub-block sb = chunk % 8). Block layouts are ggml's
+// (ggml-common.h) but for Q4_K/Q5_K's values (above); word offsets below are within a block's BW
+// words.
 
 // The shader ids of src/model/quant.rs's FORMATS table (a test checks them).
 const FMT_F32: u32 = 0u;
@@ -187,11 +191,11 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
     } else if FORMAT == FMT_Q4_K {
         let dm = unpack2x16float(wd(bb, 0u));
         let sm = k4_scale_min(bb, sb);
-        return dm.x * sm.x * nib(wd(bb, 4u + 8u * (sb / 2u) + i), 4u * (sb % 2u)) - dm.y * sm.y;
+        return dm.x * sm.x * nib(wd(bb, 4u + 4u * sb + (i & 3u)), (i >> 2u) * 4u) - dm.y * sm.y;
     } else if FORMAT == FMT_Q5_K {
         let dm = unpack2x16float(wd(bb, 0u));
         let sm = k4_scale_min(bb, sb);
-        let q = nib(wd(bb, 12u + 8u * (sb / 2u) + i), 4u * (sb % 2u)) + 16.0 * field(wd(bb, 4u + i), sb, 1u);
+        let q = nib(wd(bb, 12u + 4u * sb + (i & 3u)), (i >> 2u) * 4u) + 16.0 * bits4(wd(bb, 4u + sb), 4u * i);
         return dm.x * sm.x * q - dm.y * sm.y;
     } else if FORMAT == FMT_Q6_K {
         let n = sb / 4u;
@@ -205,8 +209,9 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
 
 // Dot product of one chunk of the row at `rb` with the chunk's x values `xv` (xsum: their sum):
 // a 32-value chunk for the block formats, so each header is read once; 4 values for the float
-// formats. The result's four lanes sum to the dot product.
-fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>) -> vec4<f32> {
+// formats. `hd`: the chunk's block's `header` (the formats that have one: the matrix-vector
+// kernels load it once for the block's 8 chunks). The result's four lanes sum to the dot product.
+fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>, hd: vec4<u32>) -> vec4<f32> {
     if FORMAT == FMT_Q8_0 {
         let bb = blk(rb, c);
         var s = vec4<f32>(0.0);
@@ -287,15 +292,24 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
         return blk_d(rb, b) * (q3k_scale(bb, 2u * sb) * (s0 - 4.0 * x0) + q3k_scale(bb, 2u * sb + 1u) * (s1 - 4.0 * (xsum - x0)));
     } else if FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K {
-        let dm = unpack2x16float(wd(bb, 0u));
-        let sm = k4_scale_min(bb, sb);
-        let qs = select(4u, 12u, FORMAT == FMT_Q5_K) + 8u * (sb / 2u);
-        for (var i = 0u; i < 8u; i++) {
-            var q = nib(wd(bb, qs + i), 4u * (sb % 2u));
+        let dm = unpack2x16float(hd.x);
+        let sm = k4_scale_min_w(hd.y, hd.z, hd.w, sb);
+        // The sub-block's 4 words of nibbles (quads i and i + 4, as Q4_0) and Q5_K's word of
+        // fifth bits (quant.rs, q4_k_permute / q5_k_permute).
+        let qs = select(4u, 12u, FORMAT == FMT_Q5_K) + 4u * sb;
+        var qh = 0u;
+        if FORMAT == FMT_Q5_K {
+            qh = wd(bb, 4u + sb);
+        }
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, qs + i);
+            var lo = nib(q, 0u);
+            var hi = nib(q, 4u);
             if FORMAT == FMT_Q5_K {
-                q += 16.0 * field(wd(bb, 4u + i), sb, 1u);
+                lo += 16.0 * bits4(qh, 4u * i);
+                hi += 16.0 * bits4(qh, 16u + 4u * i);
             }
-            s0 += (*xv)[i] * q;
+            s0 += (*xv)[i] * lo + (*xv)[i + 4u] * hi;
         }
         return dm.x * sm.x * s0 - dm.y * sm.y * xsum;
     } else if FORMAT == FMT_Q6_K {
@@ -314,7 +328,33 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
         let q = wd(bb, 2u + 4u * sb + i);
         s0 += (*xv)[i] * iq4(q, 0u) + (*xv)[i + 4u] * iq4(q, 4u);
     }
-    return iq4xs_scale(bb, sb) * s0;
+    let ls = ((hd.y >> (4u * sb)) & 15u) | (((hd.x >> (16u + 2u * sb)) & 3u) << 4u);
+    return unpack2x16float(hd.x).x * f32(i32(ls) - 32) * s0;
+}
+
+// Whether the format's blocks have a `header` that `dot_chunk` takes rather than loads: Q4_K and
+// Q5_K (d, dmin, 12 scale bytes), IQ4_XS (d, the scales).
+fn has_header() -> bool {
+    return FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K || FORMAT == FMT_IQ4_XS;
+}
+
+// Words 0..3 of the body of the block holding chunk c of the row at rb (has_header formats).
+fn header(rb: u32, c: u32) -> vec4<u32> {
+    let bb = blk(rb, c / 8u);
+    if FORMAT == FMT_IQ4_XS {
+        return vec4<u32>(wd(bb, 0u), wd(bb, 1u), 0u, 0u);
+    }
+    return vec4<u32>(wd(bb, 0u), wd(bb, 1u), wd(bb, 2u), wd(bb, 3u));
+}
+
+// ggml's get_scale_min_k4 (Q4_K/Q5_K's 6-bit scale and minimum j, 0..8) on the 3 words of the
+// 12 scale bytes.
+fn k4_scale_min_w(w1: u32, w2: u32, w3: u32, j: u32) -> vec2<f32> {
+    let e = 8u * (j % 4u);
+    if j < 4u {
+        return vec2<f32>(f32((w1 >> e) & 63u), f32((w2 >> e) & 63u));
+    }
+    return vec2<f32>(f32(((w3 >> e) & 15u) | (((w1 >> (e + 6u)) & 3u) << 4u)), f32(((w3 >> (e + 4u)) & 15u) | (((w2 >> (e + 6u)) & 3u) << 4u)));
 }
 
 // The 32 values of chunk c of the row at rb (a 32-value block, or sub-block c % 8 of a 256-value
@@ -402,13 +442,21 @@ fn chunk8(rb: u32, c: u32, o: ptr<function, array<vec4<f32>, 8>>) {
         let sm = k4_scale_min(bb, sb);
         let d = dm.x * sm.x;
         let m = dm.y * sm.y;
-        let qs = select(4u, 12u, FORMAT == FMT_Q5_K) + 8u * (sb / 2u);
-        for (var i = 0u; i < 8u; i++) {
-            var q = nib(wd(bb, qs + i), 4u * (sb % 2u));
+        let qs = select(4u, 12u, FORMAT == FMT_Q5_K) + 4u * sb;
+        var qh = 0u;
+        if FORMAT == FMT_Q5_K {
+            qh = wd(bb, 4u + sb);
+        }
+        for (var i = 0u; i < 4u; i++) {
+            let q = wd(bb, qs + i);
+            var lo = nib(q, 0u);
+            var hi = nib(q, 4u);
             if FORMAT == FMT_Q5_K {
-                q += 16.0 * field(wd(bb, 4u + i), sb, 1u);
+                lo += 16.0 * bits4(qh, 4u * i);
+                hi += 16.0 * bits4(qh, 16u + 4u * i);
             }
-            (*o)[i] = d * q - m;
+            (*o)[i] = d * lo - m;
+            (*o)[i + 4u] = d * hi - m;
         }
     } else if FORMAT == FMT_Q6_K {
         let n = sb / 4u;

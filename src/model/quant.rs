@@ -83,6 +83,10 @@ pub struct FormatInfo {
     /// Whether `shaders/matmul_lanes.wgsl`'s tiled `matmul_lanes` has a decode of its own for it,
     /// each block's header read once (it runs the other block formats through `quant.wgsl`'s `w4`).
     pub lanes: bool,
+    /// Rearranges one GGUF block's bytes in place for the GPU (before `split_d`): the K-quants
+    /// whose sub-blocks' bits are interleaved in GGUF (Q4_K and Q5_K pair sub-blocks in one byte's
+    /// nibbles), so that a 32-value sub-block is whole words the matrix-vector kernel loads once.
+    pub permute: Option<fn(&mut [u8])>,
     /// Appends one GGUF block's values (the CPU oracle, bit-exact with ggml's `dequantize_row_*`).
     pub dequantize: fn(&[u8], &mut Vec<f32>),
     /// Appends one block of values quantized the way ggml's reference quantizer does (test weights
@@ -96,21 +100,21 @@ pub type Quantize = fn(&[f32], &mut Vec<u8>);
 /// Every format hotprefix runs, in [`Format`]'s order.
 #[rustfmt::skip] // a table: one row a format
 pub static FORMATS: [FormatInfo; 15] = [
-    FormatInfo { name: "F32", ggml_type: 0, block: 1, gguf_bytes: 4, split_d: None, halves: &[], shader_id: 0, lanes: false, dequantize: f32_values, quantize: Some(f32_bytes) },
-    FormatInfo { name: "F16", ggml_type: 1, block: 1, gguf_bytes: 2, split_d: None, halves: &[], shader_id: 1, lanes: false, dequantize: f16_values, quantize: Some(f16_bytes) },
-    FormatInfo { name: "Q8_0", ggml_type: 8, block: QK, gguf_bytes: 34, split_d: Some(0), halves: &[0], shader_id: 2, lanes: true, dequantize: q8_0_values, quantize: Some(q8_0_bytes) },
-    FormatInfo { name: "Q4_1", ggml_type: 3, block: QK, gguf_bytes: 20, split_d: None, halves: &[0, 2], shader_id: 3, lanes: true, dequantize: q4_1_values, quantize: Some(q4_1_bytes) },
-    FormatInfo { name: "BF16", ggml_type: 30, block: 1, gguf_bytes: 2, split_d: None, halves: &[], shader_id: 4, lanes: false, dequantize: bf16_values, quantize: Some(bf16_bytes) },
-    FormatInfo { name: "Q4_0", ggml_type: 2, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 5, lanes: false, dequantize: q4_0_values, quantize: Some(q4_0_bytes) },
-    FormatInfo { name: "Q5_0", ggml_type: 6, block: QK, gguf_bytes: 22, split_d: Some(0), halves: &[0], shader_id: 6, lanes: false, dequantize: q5_0_values, quantize: None },
-    FormatInfo { name: "Q5_1", ggml_type: 7, block: QK, gguf_bytes: 24, split_d: None, halves: &[0, 2], shader_id: 7, lanes: false, dequantize: q5_1_values, quantize: None },
-    FormatInfo { name: "IQ4_NL", ggml_type: 20, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 8, lanes: false, dequantize: iq4_nl_values, quantize: None },
-    FormatInfo { name: "Q2_K", ggml_type: 10, block: QK_K, gguf_bytes: 84, split_d: None, halves: &[80, 82], shader_id: 9, lanes: false, dequantize: q2_k_values, quantize: None },
-    FormatInfo { name: "Q3_K", ggml_type: 11, block: QK_K, gguf_bytes: 110, split_d: Some(108), halves: &[108], shader_id: 10, lanes: false, dequantize: q3_k_values, quantize: None },
-    FormatInfo { name: "Q4_K", ggml_type: 12, block: QK_K, gguf_bytes: 144, split_d: None, halves: &[0, 2], shader_id: 11, lanes: false, dequantize: q4_k_values, quantize: None },
-    FormatInfo { name: "Q5_K", ggml_type: 13, block: QK_K, gguf_bytes: 176, split_d: None, halves: &[0, 2], shader_id: 12, lanes: false, dequantize: q5_k_values, quantize: None },
-    FormatInfo { name: "Q6_K", ggml_type: 14, block: QK_K, gguf_bytes: 210, split_d: Some(208), halves: &[208], shader_id: 13, lanes: false, dequantize: q6_k_values, quantize: None },
-    FormatInfo { name: "IQ4_XS", ggml_type: 23, block: QK_K, gguf_bytes: 136, split_d: None, halves: &[0], shader_id: 14, lanes: false, dequantize: iq4_xs_values, quantize: None },
+    FormatInfo { name: "F32", ggml_type: 0, block: 1, gguf_bytes: 4, split_d: None, halves: &[], shader_id: 0, lanes: false, permute: None, dequantize: f32_values, quantize: Some(f32_bytes) },
+    FormatInfo { name: "F16", ggml_type: 1, block: 1, gguf_bytes: 2, split_d: None, halves: &[], shader_id: 1, lanes: false, permute: None, dequantize: f16_values, quantize: Some(f16_bytes) },
+    FormatInfo { name: "Q8_0", ggml_type: 8, block: QK, gguf_bytes: 34, split_d: Some(0), halves: &[0], shader_id: 2, lanes: true, permute: None, dequantize: q8_0_values, quantize: Some(q8_0_bytes) },
+    FormatInfo { name: "Q4_1", ggml_type: 3, block: QK, gguf_bytes: 20, split_d: None, halves: &[0, 2], shader_id: 3, lanes: true, permute: None, dequantize: q4_1_values, quantize: Some(q4_1_bytes) },
+    FormatInfo { name: "BF16", ggml_type: 30, block: 1, gguf_bytes: 2, split_d: None, halves: &[], shader_id: 4, lanes: false, permute: None, dequantize: bf16_values, quantize: Some(bf16_bytes) },
+    FormatInfo { name: "Q4_0", ggml_type: 2, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 5, lanes: false, permute: None, dequantize: q4_0_values, quantize: Some(q4_0_bytes) },
+    FormatInfo { name: "Q5_0", ggml_type: 6, block: QK, gguf_bytes: 22, split_d: Some(0), halves: &[0], shader_id: 6, lanes: false, permute: None, dequantize: q5_0_values, quantize: None },
+    FormatInfo { name: "Q5_1", ggml_type: 7, block: QK, gguf_bytes: 24, split_d: None, halves: &[0, 2], shader_id: 7, lanes: false, permute: None, dequantize: q5_1_values, quantize: None },
+    FormatInfo { name: "IQ4_NL", ggml_type: 20, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 8, lanes: false, permute: None, dequantize: iq4_nl_values, quantize: None },
+    FormatInfo { name: "Q2_K", ggml_type: 10, block: QK_K, gguf_bytes: 84, split_d: None, halves: &[80, 82], shader_id: 9, lanes: false, permute: None, dequantize: q2_k_values, quantize: None },
+    FormatInfo { name: "Q3_K", ggml_type: 11, block: QK_K, gguf_bytes: 110, split_d: Some(108), halves: &[108], shader_id: 10, lanes: false, permute: None, dequantize: q3_k_values, quantize: None },
+    FormatInfo { name: "Q4_K", ggml_type: 12, block: QK_K, gguf_bytes: 144, split_d: None, halves: &[0, 2], shader_id: 11, lanes: false, permute: Some(q4_k_permute), dequantize: q4_k_values, quantize: None },
+    FormatInfo { name: "Q5_K", ggml_type: 13, block: QK_K, gguf_bytes: 176, split_d: None, halves: &[0, 2], shader_id: 12, lanes: false, permute: Some(q5_k_permute), dequantize: q5_k_values, quantize: None },
+    FormatInfo { name: "Q6_K", ggml_type: 14, block: QK_K, gguf_bytes: 210, split_d: Some(208), halves: &[208], shader_id: 13, lanes: false, permute: None, dequantize: q6_k_values, quantize: None },
+    FormatInfo { name: "IQ4_XS", ggml_type: 23, block: QK_K, gguf_bytes: 136, split_d: None, halves: &[0], shader_id: 14, lanes: false, permute: None, dequantize: iq4_xs_values, quantize: None },
 ];
 
 /// The names of every format, for error messages: `"F32, F16, Q8_0, …"`.
@@ -227,6 +231,16 @@ fn words(row: &[u8], out: &mut Vec<u32>) {
 /// The GPU words of one row's GGUF bytes (see the module docs): the bytes as words, or, for a
 /// format with a split scale, the blocks' `d` two a word, then each block without its `d`.
 fn repack_row(info: &FormatInfo, row: &[u8], out: &mut Vec<u32>) {
+    if let Some(permute) = info.permute {
+        let mut b = Vec::with_capacity(info.gguf_bytes);
+        for blk in row.chunks_exact(info.gguf_bytes) {
+            b.clear();
+            b.extend_from_slice(blk);
+            permute(&mut b);
+            words(&b, out);
+        }
+        return;
+    }
     let Some(at) = info.split_d else {
         return words(row, out);
     };
@@ -240,6 +254,36 @@ fn repack_row(info: &FormatInfo, row: &[u8], out: &mut Vec<u32>) {
         body.extend_from_slice(&b[at + 2..]);
         words(&body, out);
     }
+}
+
+/// Q4_K/Q5_K's 128 bytes of 4-bit values (GGUF: 32 bytes a sub-block pair, byte l holding value
+/// l of sub-block 2p in its low nibble and of 2p + 1 in its high one) as 16 bytes a sub-block:
+/// byte 4k + b holds value 4k + b (low nibble) and 16 + 4k + b (high), the layout of Q4_0.
+fn k_nibbles_by_sub_block(qs: &mut [u8]) {
+    let old = qs.to_vec();
+    for sb in 0..8 {
+        let v = |l: usize| (old[32 * (sb / 2) + l] >> (4 * (sb % 2))) & 15;
+        for j in 0..16 {
+            qs[16 * sb + j] = v(j) | v(16 + j) << 4;
+        }
+    }
+}
+
+/// Q4_K on the GPU: d, dmin and the 12 scale bytes as in GGUF, then each sub-block's values as
+/// 4 words (`k_nibbles_by_sub_block`).
+fn q4_k_permute(blk: &mut [u8]) {
+    k_nibbles_by_sub_block(&mut blk[16..144]);
+}
+
+/// Q5_K on the GPU: as Q4_K, and the 32 bytes of fifth bits (GGUF: bit sb of byte l is value l
+/// of sub-block sb) as a word a sub-block, bit l for value l.
+fn q5_k_permute(blk: &mut [u8]) {
+    let qh = blk[16..48].to_vec();
+    for sb in 0..8 {
+        let w = (0..32).fold(0u32, |w, l| w | (((qh[l] >> sb) & 1) as u32) << l);
+        blk[16 + 4 * sb..20 + 4 * sb].copy_from_slice(&w.to_le_bytes());
+    }
+    k_nibbles_by_sub_block(&mut blk[48..176]);
 }
 
 fn f32_values(blk: &[u8], out: &mut Vec<f32>) {
