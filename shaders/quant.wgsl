@@ -8,7 +8,7 @@
 // is its GGUF blocks, BW words each; for the formats whose blocks are 4n + 2 bytes (SPLIT = 1:
 // Q8_0, Q4_0, Q5_0, IQ4_NL, Q3_K, Q6_K) each block's f16 scale d is moved to a header at the
 // start of the row (two a word, block b in half b % 2 of word b / 2) and the rest of the block
-// (BW words) follows. Q4_K and Q5_K blocks are rearranged within (quant.rs's `permute` column):
+// (BW words) follows. Q4_K, Q5_K and Q6_K blocks are rearranged within (quant.rs's `permute` column):
 // each sub-block's values are whole words. Float rows: F32 one value a word; F16 and BF16 two
 // (the low half first).
 //
@@ -17,7 +17,7 @@
 // once: the tiled matmuls on CPU adapters) and `dot_chunk` (the dot product of a 32-value chunk
 // with its x values, each header read once, for the matrix-vector kernels). The 256-value formats
 // split a block into 8 such chunks (sub-block sb = chunk % 8). Block layouts are ggml's
-// (ggml-common.h) but for Q4_K/Q5_K's values (above); word offsets below are within a block's BW
+// (ggml-common.h) but for Q4_K/Q5_K/Q6_K's values (above); word offsets below are within a block's BW
 // words.
 
 // The shader ids of src/model/quant.rs's FORMATS table (a test checks them).
@@ -198,9 +198,7 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
         let q = nib(wd(bb, 12u + 4u * sb + (i & 3u)), (i >> 2u) * 4u) + 16.0 * bits4(wd(bb, 4u + sb), 4u * i);
         return dm.x * sm.x * q - dm.y * sm.y;
     } else if FORMAT == FMT_Q6_K {
-        let n = sb / 4u;
-        let g = sb % 4u;
-        let q = nib(wd(bb, 16u * n + 8u * (g % 2u) + i), 4u * (g / 2u)) + 16.0 * field(wd(bb, 32u + 8u * n + i), 2u * g, 3u) - 32.0;
+        let q = nib(wd(bb, 4u * sb + (i & 3u)), (i >> 2u) * 4u) + 16.0 * field(wd(bb, 32u + 2u * sb + i / 4u), 2u * (i % 4u), 3u) - 32.0;
         return blk_d(rb, b) * i8_of(byte_at(bb, 48u, 2u * sb + hh)) * q;
     }
     // FORMAT == FMT_IQ4_XS
@@ -313,11 +311,13 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
         }
         return dm.x * sm.x * s0 - dm.y * sm.y * xsum;
     } else if FORMAT == FMT_Q6_K {
-        let n = sb / 4u;
-        let g = sb % 4u;
+        // The sub-block's 4 words of low bits and 2 of high bits (quant.rs, q6_k_permute).
+        let h0 = wd(bb, 32u + 2u * sb);
+        let h1 = wd(bb, 33u + 2u * sb);
         for (var i = 0u; i < 4u; i++) {
-            s0 += (*xv)[i] * (nib(wd(bb, 16u * n + 8u * (g % 2u) + i), 4u * (g / 2u)) + 16.0 * field(wd(bb, 32u + 8u * n + i), 2u * g, 3u));
-            s1 += (*xv)[i + 4u] * (nib(wd(bb, 16u * n + 8u * (g % 2u) + 4u + i), 4u * (g / 2u)) + 16.0 * field(wd(bb, 36u + 8u * n + i), 2u * g, 3u));
+            let q = wd(bb, 4u * sb + i);
+            s0 += (*xv)[i] * (nib(q, 0u) + 16.0 * field(h0, 2u * i, 3u));
+            s1 += (*xv)[i + 4u] * (nib(q, 4u) + 16.0 * field(h1, 2u * i, 3u));
         }
         let sc = wd(bb, 48u + sb / 2u) >> (16u * (sb % 2u));
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
@@ -459,15 +459,16 @@ fn chunk8(rb: u32, c: u32, o: ptr<function, array<vec4<f32>, 8>>) {
             (*o)[i + 4u] = d * hi - m;
         }
     } else if FORMAT == FMT_Q6_K {
-        let n = sb / 4u;
-        let g = sb % 4u;
         let d = blk_d(rb, b);
         let sc = wd(bb, 48u + sb / 2u) >> (16u * (sb % 2u));
         let d0 = d * i8_of(sc & 255u);
         let d1 = d * i8_of((sc >> 8u) & 255u);
+        let h0 = wd(bb, 32u + 2u * sb);
+        let h1 = wd(bb, 33u + 2u * sb);
         for (var i = 0u; i < 4u; i++) {
-            (*o)[i] = d0 * (nib(wd(bb, 16u * n + 8u * (g % 2u) + i), 4u * (g / 2u)) + 16.0 * field(wd(bb, 32u + 8u * n + i), 2u * g, 3u) - 32.0);
-            (*o)[i + 4u] = d1 * (nib(wd(bb, 16u * n + 8u * (g % 2u) + 4u + i), 4u * (g / 2u)) + 16.0 * field(wd(bb, 36u + 8u * n + i), 2u * g, 3u) - 32.0);
+            let q = wd(bb, 4u * sb + i);
+            (*o)[i] = d0 * (nib(q, 0u) + 16.0 * field(h0, 2u * i, 3u) - 32.0);
+            (*o)[i + 4u] = d1 * (nib(q, 4u) + 16.0 * field(h1, 2u * i, 3u) - 32.0);
         }
     } else {
         // FORMAT == FMT_IQ4_XS

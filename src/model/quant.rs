@@ -85,7 +85,8 @@ pub struct FormatInfo {
     pub lanes: bool,
     /// Rearranges one GGUF block's bytes in place for the GPU (before `split_d`): the K-quants
     /// whose sub-blocks' bits are interleaved in GGUF (Q4_K and Q5_K pair sub-blocks in one byte's
-    /// nibbles), so that a 32-value sub-block is whole words the matrix-vector kernel loads once.
+    /// nibbles, Q6_K four), so that a 32-value sub-block is whole words the matrix-vector kernel
+    /// loads once.
     pub permute: Option<fn(&mut [u8])>,
     /// Appends one GGUF block's values (the CPU oracle, bit-exact with ggml's `dequantize_row_*`).
     pub dequantize: fn(&[u8], &mut Vec<f32>),
@@ -113,7 +114,7 @@ pub static FORMATS: [FormatInfo; 15] = [
     FormatInfo { name: "Q3_K", ggml_type: 11, block: QK_K, gguf_bytes: 110, split_d: Some(108), halves: &[108], shader_id: 10, lanes: false, permute: None, dequantize: q3_k_values, quantize: None },
     FormatInfo { name: "Q4_K", ggml_type: 12, block: QK_K, gguf_bytes: 144, split_d: None, halves: &[0, 2], shader_id: 11, lanes: false, permute: Some(q4_k_permute), dequantize: q4_k_values, quantize: None },
     FormatInfo { name: "Q5_K", ggml_type: 13, block: QK_K, gguf_bytes: 176, split_d: None, halves: &[0, 2], shader_id: 12, lanes: false, permute: Some(q5_k_permute), dequantize: q5_k_values, quantize: None },
-    FormatInfo { name: "Q6_K", ggml_type: 14, block: QK_K, gguf_bytes: 210, split_d: Some(208), halves: &[208], shader_id: 13, lanes: false, permute: None, dequantize: q6_k_values, quantize: None },
+    FormatInfo { name: "Q6_K", ggml_type: 14, block: QK_K, gguf_bytes: 210, split_d: Some(208), halves: &[208], shader_id: 13, lanes: false, permute: Some(q6_k_permute), dequantize: q6_k_values, quantize: None },
     FormatInfo { name: "IQ4_XS", ggml_type: 23, block: QK_K, gguf_bytes: 136, split_d: None, halves: &[0], shader_id: 14, lanes: false, permute: None, dequantize: iq4_xs_values, quantize: None },
 ];
 
@@ -231,16 +232,16 @@ fn words(row: &[u8], out: &mut Vec<u32>) {
 /// The GPU words of one row's GGUF bytes (see the module docs): the bytes as words, or, for a
 /// format with a split scale, the blocks' `d` two a word, then each block without its `d`.
 fn repack_row(info: &FormatInfo, row: &[u8], out: &mut Vec<u32>) {
-    if let Some(permute) = info.permute {
-        let mut b = Vec::with_capacity(info.gguf_bytes);
-        for blk in row.chunks_exact(info.gguf_bytes) {
-            b.clear();
-            b.extend_from_slice(blk);
-            permute(&mut b);
-            words(&b, out);
+    let permuted;
+    let row = match info.permute {
+        Some(permute) => {
+            let mut b = row.to_vec();
+            b.chunks_exact_mut(info.gguf_bytes).for_each(permute);
+            permuted = b;
+            &permuted[..]
         }
-        return;
-    }
+        None => row,
+    };
     let Some(at) = info.split_d else {
         return words(row, out);
     };
@@ -284,6 +285,27 @@ fn q5_k_permute(blk: &mut [u8]) {
         blk[16 + 4 * sb..20 + 4 * sb].copy_from_slice(&w.to_le_bytes());
     }
     k_nibbles_by_sub_block(&mut blk[48..176]);
+}
+
+/// Q6_K on the GPU: each sub-block's low 4 bits as 4 words (as Q4_0: byte 4k + b holds values
+/// 4k + b and 16 + 4k + b), then each sub-block's high 2 bits as 2 words (word h, byte b, bits
+/// 2s: value 16h + 4s + b); scales and d as in GGUF. GGUF interleaves both across sub-blocks
+/// (ql byte 64n + l + 32(g % 2), nibble g / 2, and qh byte 32n + l, bits 2g, for value l of
+/// sub-block 4n + g).
+fn q6_k_permute(blk: &mut [u8]) {
+    let (ql, qh) = (blk[..128].to_vec(), blk[128..192].to_vec());
+    let lo = |sb: usize, l: usize| (ql[64 * (sb / 4) + l + 32 * (sb % 2)] >> (4 * (sb % 4 / 2))) & 15;
+    let hi = |sb: usize, l: usize| (qh[32 * (sb / 4) + l] >> (2 * (sb % 4))) & 3;
+    for sb in 0..8 {
+        for j in 0..16 {
+            blk[16 * sb + j] = lo(sb, j) | lo(sb, 16 + j) << 4;
+        }
+        for h in 0..2 {
+            for b in 0..4 {
+                blk[128 + 8 * sb + 4 * h + b] = (0..4).fold(0, |v, s| v | hi(sb, 16 * h + 4 * s + b) << (2 * s));
+            }
+        }
+    }
 }
 
 fn f32_values(blk: &[u8], out: &mut Vec<f32>) {
