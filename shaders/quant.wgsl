@@ -8,7 +8,7 @@
 // is its GGUF blocks, BW words each; for the formats whose blocks are 4n + 2 bytes (SPLIT = 1:
 // Q8_0, Q4_0, Q5_0, IQ4_NL, Q3_K, Q6_K) each block's f16 scale d is moved to a header at the
 // start of the row (two a word, block b in half b % 2 of word b / 2) and the rest of the block
-// (BW words) follows. Q4_K, Q5_K and Q6_K blocks are rearranged within (quant.rs's `permute` column):
+// (BW words) follows. The K-quants' blocks are rearranged within (quant.rs's `permute` column):
 // each sub-block's values are whole words. Float rows: F32 one value a word; F16 and BF16 two
 // (the low half first).
 //
@@ -17,7 +17,7 @@
 // once: the tiled matmuls on CPU adapters) and `dot_chunk` (the dot product of a 32-value chunk
 // with its x values, each header read once, for the matrix-vector kernels). The 256-value formats
 // split a block into 8 such chunks (sub-block sb = chunk % 8). Block layouts are ggml's
-// (ggml-common.h) but for Q4_K/Q5_K/Q6_K's values (above); word offsets below are within a block's BW
+// (ggml-common.h) but for the K-quants' values (above); word offsets below are within a block's BW
 // words.
 
 // The shader ids of src/model/quant.rs's FORMATS table (a test checks them).
@@ -183,10 +183,10 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
     if FORMAT == FMT_Q2_K {
         let dm = unpack2x16float(wd(bb, 20u));
         let sc = byte_at(bb, 0u, 2u * sb + hh);
-        let q = field(wd(bb, 4u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u);
+        let q = field(wd(bb, 4u + 2u * sb + i / 4u), 2u * (i % 4u), 3u);
         return dm.x * f32(sc & 15u) * q - dm.y * f32(sc >> 4u);
     } else if FORMAT == FMT_Q3_K {
-        let q = field(wd(bb, 8u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) + 4.0 * field(wd(bb, i), sb, 1u) - 4.0;
+        let q = field(wd(bb, 8u + 2u * sb + i / 4u), 2u * (i % 4u), 3u) + 4.0 * bits4(wd(bb, sb), 4u * i) - 4.0;
         return blk_d(rb, b) * q3k_scale(bb, 2u * sb + hh) * q;
     } else if FORMAT == FMT_Q4_K {
         let dm = unpack2x16float(wd(bb, 0u));
@@ -274,17 +274,24 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
     var s1 = vec4<f32>(0.0);
     if FORMAT == FMT_Q2_K {
         let dm = unpack2x16float(wd(bb, 20u));
+        // The sub-block's 2 words of values (quant.rs, q2_k_permute).
+        let qa = wd(bb, 4u + 2u * sb);
+        let qb = wd(bb, 5u + 2u * sb);
         for (var i = 0u; i < 4u; i++) {
-            s0 += (*xv)[i] * field(wd(bb, 4u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u);
-            s1 += (*xv)[i + 4u] * field(wd(bb, 8u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u);
+            s0 += (*xv)[i] * field(qa, 2u * i, 3u);
+            s1 += (*xv)[i + 4u] * field(qb, 2u * i, 3u);
         }
         let sc = (wd(bb, sb / 2u) >> (16u * (sb % 2u))) & 0xffffu;
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
         return dm.x * (f32(sc & 15u) * s0 + f32((sc >> 8u) & 15u) * s1) - dm.y * (f32((sc >> 4u) & 15u) * x0 + f32(sc >> 12u) * (xsum - x0));
     } else if FORMAT == FMT_Q3_K {
+        // The sub-block's word of high bits and 2 words of low bits (quant.rs, q3_k_permute).
+        let hm = wd(bb, sb);
+        let qa = wd(bb, 8u + 2u * sb);
+        let qb = wd(bb, 9u + 2u * sb);
         for (var i = 0u; i < 4u; i++) {
-            s0 += (*xv)[i] * (field(wd(bb, 8u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) + 4.0 * field(wd(bb, i), sb, 1u));
-            s1 += (*xv)[i + 4u] * (field(wd(bb, 12u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) + 4.0 * field(wd(bb, 4u + i), sb, 1u));
+            s0 += (*xv)[i] * (field(qa, 2u * i, 3u) + 4.0 * bits4(hm, 4u * i));
+            s1 += (*xv)[i + 4u] * (field(qb, 2u * i, 3u) + 4.0 * bits4(hm, 16u + 4u * i));
         }
         // Σ x·(q − 4): the −4 over each half.
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
@@ -425,17 +432,22 @@ fn chunk8(rb: u32, c: u32, o: ptr<function, array<vec4<f32>, 8>>) {
         let m0 = dm.y * f32((sc >> 4u) & 15u);
         let d1 = dm.x * f32((sc >> 8u) & 15u);
         let m1 = dm.y * f32(sc >> 12u);
+        let qa = wd(bb, 4u + 2u * sb);
+        let qb = wd(bb, 5u + 2u * sb);
         for (var i = 0u; i < 4u; i++) {
-            (*o)[i] = d0 * field(wd(bb, 4u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) - m0;
-            (*o)[i + 4u] = d1 * field(wd(bb, 8u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) - m1;
+            (*o)[i] = d0 * field(qa, 2u * i, 3u) - m0;
+            (*o)[i + 4u] = d1 * field(qb, 2u * i, 3u) - m1;
         }
     } else if FORMAT == FMT_Q3_K {
         let d = blk_d(rb, b);
         let d0 = d * q3k_scale(bb, 2u * sb);
         let d1 = d * q3k_scale(bb, 2u * sb + 1u);
+        let hm = wd(bb, sb);
+        let qa = wd(bb, 8u + 2u * sb);
+        let qb = wd(bb, 9u + 2u * sb);
         for (var i = 0u; i < 4u; i++) {
-            (*o)[i] = d0 * (field(wd(bb, 8u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) + 4.0 * field(wd(bb, i), sb, 1u) - 4.0);
-            (*o)[i + 4u] = d1 * (field(wd(bb, 12u + 8u * (sb / 4u) + i), 2u * (sb % 4u), 3u) + 4.0 * field(wd(bb, 4u + i), sb, 1u) - 4.0);
+            (*o)[i] = d0 * (field(qa, 2u * i, 3u) + 4.0 * bits4(hm, 4u * i) - 4.0);
+            (*o)[i + 4u] = d1 * (field(qb, 2u * i, 3u) + 4.0 * bits4(hm, 16u + 4u * i) - 4.0);
         }
     } else if FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K {
         let dm = unpack2x16float(wd(bb, 0u));

@@ -110,8 +110,8 @@ pub static FORMATS: [FormatInfo; 15] = [
     FormatInfo { name: "Q5_0", ggml_type: 6, block: QK, gguf_bytes: 22, split_d: Some(0), halves: &[0], shader_id: 6, lanes: false, permute: None, dequantize: q5_0_values, quantize: None },
     FormatInfo { name: "Q5_1", ggml_type: 7, block: QK, gguf_bytes: 24, split_d: None, halves: &[0, 2], shader_id: 7, lanes: false, permute: None, dequantize: q5_1_values, quantize: None },
     FormatInfo { name: "IQ4_NL", ggml_type: 20, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 8, lanes: false, permute: None, dequantize: iq4_nl_values, quantize: None },
-    FormatInfo { name: "Q2_K", ggml_type: 10, block: QK_K, gguf_bytes: 84, split_d: None, halves: &[80, 82], shader_id: 9, lanes: false, permute: None, dequantize: q2_k_values, quantize: None },
-    FormatInfo { name: "Q3_K", ggml_type: 11, block: QK_K, gguf_bytes: 110, split_d: Some(108), halves: &[108], shader_id: 10, lanes: false, permute: None, dequantize: q3_k_values, quantize: None },
+    FormatInfo { name: "Q2_K", ggml_type: 10, block: QK_K, gguf_bytes: 84, split_d: None, halves: &[80, 82], shader_id: 9, lanes: false, permute: Some(q2_k_permute), dequantize: q2_k_values, quantize: None },
+    FormatInfo { name: "Q3_K", ggml_type: 11, block: QK_K, gguf_bytes: 110, split_d: Some(108), halves: &[108], shader_id: 10, lanes: false, permute: Some(q3_k_permute), dequantize: q3_k_values, quantize: None },
     FormatInfo { name: "Q4_K", ggml_type: 12, block: QK_K, gguf_bytes: 144, split_d: None, halves: &[0, 2], shader_id: 11, lanes: false, permute: Some(q4_k_permute), dequantize: q4_k_values, quantize: None },
     FormatInfo { name: "Q5_K", ggml_type: 13, block: QK_K, gguf_bytes: 176, split_d: None, halves: &[0, 2], shader_id: 12, lanes: false, permute: Some(q5_k_permute), dequantize: q5_k_values, quantize: None },
     FormatInfo { name: "Q6_K", ggml_type: 14, block: QK_K, gguf_bytes: 210, split_d: Some(208), halves: &[208], shader_id: 13, lanes: false, permute: Some(q6_k_permute), dequantize: q6_k_values, quantize: None },
@@ -257,55 +257,82 @@ fn repack_row(info: &FormatInfo, row: &[u8], out: &mut Vec<u32>) {
     }
 }
 
-/// Q4_K/Q5_K's 128 bytes of 4-bit values (GGUF: 32 bytes a sub-block pair, byte l holding value
-/// l of sub-block 2p in its low nibble and of 2p + 1 in its high one) as 16 bytes a sub-block:
-/// byte 4k + b holds value 4k + b (low nibble) and 16 + 4k + b (high), the layout of Q4_0.
-fn k_nibbles_by_sub_block(qs: &mut [u8]) {
-    let old = qs.to_vec();
+/// The K-quants' bits as whole words a 32-value sub-block on the GPU (the `permute` column). GGUF
+/// interleaves sub-blocks in a byte: Q4_K/Q5_K nibbles pair two, 2-bit fields four, single bits
+/// all eight. Each helper rewrites one such field array in place.
+///
+/// 4-bit values (Q4_K/Q5_K's 128 bytes: value l of sub-block sb is byte 32·(sb/2) + l, nibble
+/// sb % 2) as 16 bytes a sub-block, byte 4k + b holding values 4k + b (low nibble) and
+/// 16 + 4k + b (high): the layout of Q4_0.
+fn nibbles_by_sub_block(q: &mut [u8]) {
+    let old = q.to_vec();
+    let v = |sb: usize, l: usize| (old[32 * (sb / 2) + l] >> (4 * (sb % 2))) & 15;
     for sb in 0..8 {
-        let v = |l: usize| (old[32 * (sb / 2) + l] >> (4 * (sb % 2))) & 15;
         for j in 0..16 {
-            qs[16 * sb + j] = v(j) | v(16 + j) << 4;
+            q[16 * sb + j] = v(sb, j) | v(sb, 16 + j) << 4;
         }
     }
 }
 
-/// Q4_K on the GPU: d, dmin and the 12 scale bytes as in GGUF, then each sub-block's values as
-/// 4 words (`k_nibbles_by_sub_block`).
-fn q4_k_permute(blk: &mut [u8]) {
-    k_nibbles_by_sub_block(&mut blk[16..144]);
-}
-
-/// Q5_K on the GPU: as Q4_K, and the 32 bytes of fifth bits (GGUF: bit sb of byte l is value l
-/// of sub-block sb) as a word a sub-block, bit l for value l.
-fn q5_k_permute(blk: &mut [u8]) {
-    let qh = blk[16..48].to_vec();
+/// 2-bit values (Q2_K/Q3_K's 64 bytes of low bits, Q6_K's high bits: value l of sub-block
+/// 4n + g is byte 32n + l, bits 2g) as 8 bytes a sub-block: word h, byte b, bits 2s hold value
+/// 16h + 4s + b (quad 4h + s at shift 2s, read by quant.wgsl's `field`).
+fn crumbs_by_sub_block(q: &mut [u8]) {
+    let old = q.to_vec();
+    let v = |sb: usize, l: usize| (old[32 * (sb / 4) + l] >> (2 * (sb % 4))) & 3;
     for sb in 0..8 {
-        let w = (0..32).fold(0u32, |w, l| w | (((qh[l] >> sb) & 1) as u32) << l);
-        blk[16 + 4 * sb..20 + 4 * sb].copy_from_slice(&w.to_le_bytes());
-    }
-    k_nibbles_by_sub_block(&mut blk[48..176]);
-}
-
-/// Q6_K on the GPU: each sub-block's low 4 bits as 4 words (as Q4_0: byte 4k + b holds values
-/// 4k + b and 16 + 4k + b), then each sub-block's high 2 bits as 2 words (word h, byte b, bits
-/// 2s: value 16h + 4s + b); scales and d as in GGUF. GGUF interleaves both across sub-blocks
-/// (ql byte 64n + l + 32(g % 2), nibble g / 2, and qh byte 32n + l, bits 2g, for value l of
-/// sub-block 4n + g).
-fn q6_k_permute(blk: &mut [u8]) {
-    let (ql, qh) = (blk[..128].to_vec(), blk[128..192].to_vec());
-    let lo = |sb: usize, l: usize| (ql[64 * (sb / 4) + l + 32 * (sb % 2)] >> (4 * (sb % 4 / 2))) & 15;
-    let hi = |sb: usize, l: usize| (qh[32 * (sb / 4) + l] >> (2 * (sb % 4))) & 3;
-    for sb in 0..8 {
-        for j in 0..16 {
-            blk[16 * sb + j] = lo(sb, j) | lo(sb, 16 + j) << 4;
-        }
         for h in 0..2 {
             for b in 0..4 {
-                blk[128 + 8 * sb + 4 * h + b] = (0..4).fold(0, |v, s| v | hi(sb, 16 * h + 4 * s + b) << (2 * s));
+                q[8 * sb + 4 * h + b] = (0..4).fold(0, |w, s| w | v(sb, 16 * h + 4 * s + b) << (2 * s));
             }
         }
     }
+}
+
+/// Single bits (Q5_K's fifth bits, Q3_K's hmask: bit sb of byte l is value l of sub-block sb) as
+/// a word a sub-block, bit l for value l.
+fn bits_by_sub_block(q: &mut [u8]) {
+    let old = q.to_vec();
+    for sb in 0..8 {
+        let w = (0..32).fold(0u32, |w, l| w | (((old[l] >> sb) & 1) as u32) << l);
+        q[4 * sb..4 * sb + 4].copy_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// Q2_K: scales, then the 2-bit values by sub-block, then d and dmin.
+fn q2_k_permute(blk: &mut [u8]) {
+    crumbs_by_sub_block(&mut blk[16..80]);
+}
+
+/// Q3_K: the high bits by sub-block, the low bits by sub-block, then scales and d.
+fn q3_k_permute(blk: &mut [u8]) {
+    bits_by_sub_block(&mut blk[..32]);
+    crumbs_by_sub_block(&mut blk[32..96]);
+}
+
+/// Q4_K: d, dmin and the 12 scale bytes as in GGUF, then the values by sub-block.
+fn q4_k_permute(blk: &mut [u8]) {
+    nibbles_by_sub_block(&mut blk[16..144]);
+}
+
+/// Q5_K: as Q4_K, the fifth bits by sub-block between.
+fn q5_k_permute(blk: &mut [u8]) {
+    bits_by_sub_block(&mut blk[16..48]);
+    nibbles_by_sub_block(&mut blk[48..176]);
+}
+
+/// Q6_K: the low 4 bits by sub-block (GGUF: value l of sub-block 4n + g is byte
+/// 64n + 32·(g % 2) + l, nibble g / 2; on the GPU as Q4_K's), the high 2 bits by sub-block, then
+/// scales and d.
+fn q6_k_permute(blk: &mut [u8]) {
+    let ql = blk[..128].to_vec();
+    let v = |sb: usize, l: usize| (ql[64 * (sb / 4) + 32 * (sb % 2) + l] >> (4 * (sb % 4 / 2))) & 15;
+    for sb in 0..8 {
+        for j in 0..16 {
+            blk[16 * sb + j] = v(sb, j) | v(sb, 16 + j) << 4;
+        }
+    }
+    crumbs_by_sub_block(&mut blk[128..192]);
 }
 
 fn f32_values(blk: &[u8], out: &mut Vec<f32>) {
