@@ -19,7 +19,8 @@ override XLOAD: u32 = 0u;
 // 1: y += x · Wᵀ (the residual connection fused into the projection); 0: y = x · Wᵀ.
 override ACC: u32 = 0u;
 override WG: u32 = 64u;
-// `matmul`: 1 decodes block formats a 32-value chunk at a time (CPU adapters), 0 a quad at a time.
+// `matmul`: 1 decodes block formats a 32-value chunk at a time (the CPU adapters' variants), 0 a
+// quad at a time (Coop: GPUs).
 override CHUNK: u32 = 0u;
 
 struct Params {
@@ -184,8 +185,8 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>) {
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
     var a3 = vec4<f32>(0.0);
-    // Block formats with CHUNK (CPU adapters): a 32-value chunk of each row at a time, its header
-    // read once (quant.wgsl's chunk8); otherwise a quad at a time (w4).
+    // Block formats with CHUNK (the CPU adapters' variants): a 32-value chunk of each row at a
+    // time, its header read once (quant.wgsl's chunk8); otherwise a quad at a time (w4).
     var c0: array<vec4<f32>, 8>;
     var c1: array<vec4<f32>, 8>;
     var c2: array<vec4<f32>, 8>;

@@ -225,10 +225,12 @@ fn matmul_into(
         if lanes_tiled(b.gpu(), kind, part.format) {
             b.dispatch(&MATMUL_LANES, &consts, &params, &[x, &part.buf, y], groups)?;
         } else {
-            // CPU adapters decode a block format's rows a 32-value chunk at a time (each header
-            // read once: 1.4–1.7× the quad-at-a-time decode on lavapipe, docs/BENCHMARKS.md);
-            // GPUs keep the quad-at-a-time loop (no 32 more live vectors a lane; unmeasured there).
-            let chunk = b.gpu().info.device_type == wgpu::DeviceType::Cpu;
+            // The CPU-adapter variants decode a block format's rows a 32-value chunk at a time
+            // (each header read once: 1.4–1.7× the quad-at-a-time decode on lavapipe,
+            // docs/BENCHMARKS.md); `Coop`, the GPUs' variant, keeps the quad-at-a-time loop (no
+            // 32 more live vectors a lane; unmeasured there). Tied to the variant, not the
+            // adapter, so the kernel checks run both loops on every adapter.
+            let chunk = kind != Variant::Coop;
             let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("CHUNK", chunk as u32 as f64)];
             b.dispatch(&MATMUL, &consts, &params, &[x, &part.buf, y], groups)?;
         }
