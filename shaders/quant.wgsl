@@ -120,22 +120,22 @@ fn q3k_scale(bb: u32, s: u32) -> f32 {
     return f32(i32(lo | (hi << 4u)) - 32);
 }
 
-// Q4_K/Q5_K's 6-bit scale and minimum j (0..8) of the block at bb (12 bytes at word 1): ggml's
-// get_scale_min_k4.
-fn k4_scale_min(bb: u32, j: u32) -> vec2<f32> {
+// Q4_K/Q5_K's 6-bit scale and minimum j (0..8) from the block's `header` (words 1..3: the 12
+// scale bytes): ggml's get_scale_min_k4.
+fn k4_scale_min(hd: vec4<u32>, j: u32) -> vec2<f32> {
+    let e = 8u * (j % 4u);
     if j < 4u {
-        return vec2<f32>(f32(byte_at(bb, 1u, j) & 63u), f32(byte_at(bb, 1u, j + 4u) & 63u));
+        return vec2<f32>(f32((hd.y >> e) & 63u), f32((hd.z >> e) & 63u));
     }
-    let a = byte_at(bb, 1u, j + 4u);
-    return vec2<f32>(f32((a & 15u) | ((byte_at(bb, 1u, j - 4u) >> 6u) << 4u)), f32((a >> 4u) | ((byte_at(bb, 1u, j) >> 6u) << 4u)));
+    return vec2<f32>(f32(((hd.w >> e) & 15u) | (((hd.y >> (e + 6u)) & 3u) << 4u)), f32(((hd.w >> (e + 4u)) & 15u) | (((hd.z >> (e + 6u)) & 3u) << 4u)));
 }
 
-// IQ4_XS's scale of sub-block sb of the block at bb: d · (6-bit scale − 32).
-fn iq4xs_scale(bb: u32, sb: u32) -> f32 {
-    let h = wd(bb, 0u);
-    let lo = (wd(bb, 1u) >> (4u * sb)) & 15u;
-    let hi = (h >> (16u + 2u * sb)) & 3u;
-    return unpack2x16float(h).x * f32(i32(lo | (hi << 4u)) - 32);
+// IQ4_XS's scale of sub-block sb from the block's `header` (d and the high scale bits in word 0,
+// the low ones in word 1): d · (6-bit scale − 32).
+fn iq4xs_scale(hd: vec4<u32>, sb: u32) -> f32 {
+    let lo = (hd.y >> (4u * sb)) & 15u;
+    let hi = (hd.x >> (16u + 2u * sb)) & 3u;
+    return unpack2x16float(hd.x).x * f32(i32(lo | (hi << 4u)) - 32);
 }
 
 // Values 4·k4 .. 4·k4+3 of the row starting at `rb`.
@@ -189,12 +189,14 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
         let q = field(wd(bb, 8u + 2u * sb + i / 4u), 2u * (i % 4u), 3u) + 4.0 * bits4(wd(bb, sb), 4u * i) - 4.0;
         return blk_d(rb, b) * q3k_scale(bb, 2u * sb + hh) * q;
     } else if FORMAT == FMT_Q4_K {
-        let dm = unpack2x16float(wd(bb, 0u));
-        let sm = k4_scale_min(bb, sb);
+        let hd = header(rb, c);
+        let dm = unpack2x16float(hd.x);
+        let sm = k4_scale_min(hd, sb);
         return dm.x * sm.x * nib(wd(bb, 4u + 4u * sb + (i & 3u)), (i >> 2u) * 4u) - dm.y * sm.y;
     } else if FORMAT == FMT_Q5_K {
-        let dm = unpack2x16float(wd(bb, 0u));
-        let sm = k4_scale_min(bb, sb);
+        let hd = header(rb, c);
+        let dm = unpack2x16float(hd.x);
+        let sm = k4_scale_min(hd, sb);
         let q = nib(wd(bb, 12u + 4u * sb + (i & 3u)), (i >> 2u) * 4u) + 16.0 * bits4(wd(bb, 4u + sb), 4u * i);
         return dm.x * sm.x * q - dm.y * sm.y;
     } else if FORMAT == FMT_Q6_K {
@@ -202,7 +204,7 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
         return blk_d(rb, b) * i8_of(byte_at(bb, 48u, 2u * sb + hh)) * q;
     }
     // FORMAT == FMT_IQ4_XS
-    return iq4xs_scale(bb, sb) * iq4(wd(bb, 2u + 4u * sb + (i & 3u)), (i >> 2u) * 4u);
+    return iq4xs_scale(header(rb, c), sb) * iq4(wd(bb, 2u + 4u * sb + (i & 3u)), (i >> 2u) * 4u);
 }
 
 // Dot product of one chunk of the row at `rb` with the chunk's x values `xv` (xsum: their sum):
@@ -298,7 +300,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
         return blk_d(rb, b) * (q3k_scale(bb, 2u * sb) * (s0 - 4.0 * x0) + q3k_scale(bb, 2u * sb + 1u) * (s1 - 4.0 * (xsum - x0)));
     } else if FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K {
         let dm = unpack2x16float(hd.x);
-        let sm = k4_scale_min_w(hd.y, hd.z, hd.w, sb);
+        let sm = k4_scale_min(hd, sb);
         // The sub-block's 4 words of nibbles (quads i and i + 4, as Q4_0) and Q5_K's word of
         // fifth bits (quant.rs, q4_k_permute / q5_k_permute).
         let qs = select(4u, 12u, FORMAT == FMT_Q5_K) + 4u * sb;
@@ -335,8 +337,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
         let q = wd(bb, 2u + 4u * sb + i);
         s0 += (*xv)[i] * iq4(q, 0u) + (*xv)[i + 4u] * iq4(q, 4u);
     }
-    let ls = ((hd.y >> (4u * sb)) & 15u) | (((hd.x >> (16u + 2u * sb)) & 3u) << 4u);
-    return unpack2x16float(hd.x).x * f32(i32(ls) - 32) * s0;
+    return iq4xs_scale(hd, sb) * s0;
 }
 
 // Whether the format's blocks have a `header` that `dot_chunk` takes rather than loads: Q4_K and
@@ -352,16 +353,6 @@ fn header(rb: u32, c: u32) -> vec4<u32> {
         return vec4<u32>(wd(bb, 0u), wd(bb, 1u), 0u, 0u);
     }
     return vec4<u32>(wd(bb, 0u), wd(bb, 1u), wd(bb, 2u), wd(bb, 3u));
-}
-
-// ggml's get_scale_min_k4 (Q4_K/Q5_K's 6-bit scale and minimum j, 0..8) on the 3 words of the
-// 12 scale bytes.
-fn k4_scale_min_w(w1: u32, w2: u32, w3: u32, j: u32) -> vec2<f32> {
-    let e = 8u * (j % 4u);
-    if j < 4u {
-        return vec2<f32>(f32((w1 >> e) & 63u), f32((w2 >> e) & 63u));
-    }
-    return vec2<f32>(f32(((w3 >> e) & 15u) | (((w1 >> (e + 6u)) & 3u) << 4u)), f32(((w3 >> (e + 4u)) & 15u) | (((w2 >> (e + 6u)) & 3u) << 4u)));
 }
 
 // The 32 values of chunk c of the row at rb (a 32-value block, or sub-block c % 8 of a 256-value
@@ -450,8 +441,9 @@ fn chunk8(rb: u32, c: u32, o: ptr<function, array<vec4<f32>, 8>>) {
             (*o)[i + 4u] = d1 * (field(qb, 2u * i, 3u) + 4.0 * bits4(hm, 16u + 4u * i) - 4.0);
         }
     } else if FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K {
-        let dm = unpack2x16float(wd(bb, 0u));
-        let sm = k4_scale_min(bb, sb);
+        let hd = header(rb, c);
+        let dm = unpack2x16float(hd.x);
+        let sm = k4_scale_min(hd, sb);
         let d = dm.x * sm.x;
         let m = dm.y * sm.y;
         let qs = select(4u, 12u, FORMAT == FMT_Q5_K) + 4u * sb;
@@ -484,7 +476,7 @@ fn chunk8(rb: u32, c: u32, o: ptr<function, array<vec4<f32>, 8>>) {
         }
     } else {
         // FORMAT == FMT_IQ4_XS
-        let d = iq4xs_scale(bb, sb);
+        let d = iq4xs_scale(header(rb, c), sb);
         for (var i = 0u; i < 4u; i++) {
             let q = wd(bb, 2u + 4u * sb + i);
             (*o)[i] = d * iq4(q, 0u);

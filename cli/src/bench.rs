@@ -77,6 +77,8 @@ pub async fn kernels(formats: &str) -> Result<()> {
             .map(|n| Format::from_name(n).ok_or_else(|| hotprefix::Error::InvalidArgument(format!("--formats: unknown format {n:?}"))))
             .collect::<Result<_>>()?
     };
+    // Every format: the whole table; fewer: those formats on the two large shapes.
+    let whole = formats.len() == Format::ALL.len();
     let gpu = Gpu::new().await?;
     println!("adapter: {}", gpu.describe());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -85,7 +87,7 @@ pub async fn kernels(formats: &str) -> Result<()> {
     println!("cpu read bandwidth (256 MiB, sum): {bw1:.1} GB/s 1 thread, {bwn:.1} GB/s {threads} threads");
 
     // The fixed prefill shapes only for the whole table (`--formats` picks formats to compare).
-    if formats.len() == Format::ALL.len() {
+    if whole {
         println!("\nprefill matmul, T = 512 (GPU = our kernel; CPU = matrixmultiply sgemm on f32, {threads} threads)");
         println!("{:<8} {:>6} {:>6} {:>10} {:>12} {:>12}", "weights", "K", "N", "ms", "GPU GFLOP/s", "CPU GFLOP/s");
         let t = 512;
@@ -115,7 +117,7 @@ pub async fn kernels(formats: &str) -> Result<()> {
     println!("{:<8} {:>6} {:>6} {:>10} {:>10} {:>8} {:>12}", "weights", "K", "N", "MiB", "ms", "GB/s", "% of CPU bw");
     let shapes: [(usize, usize); 4] = [(1536, 16384), (576, 49152), (576, 1536), (1536, 576)];
     for &format in &formats {
-        for &(k, n) in &shapes[..if formats.len() == Format::ALL.len() { 4 } else { 2 }] {
+        for &(k, n) in &shapes[..if whole { 4 } else { 2 }] {
             // K rounded up to the format's block (576 → 768 for the 256-value formats).
             let k = k.next_multiple_of(format.block());
             let (ms, bytes) = time_matmul(&gpu, format, 1, k, n, 50).await?;

@@ -265,7 +265,8 @@ fn repack_row(info: &FormatInfo, row: &[u8], out: &mut Vec<u32>) {
 /// sb % 2) as 16 bytes a sub-block, byte 4k + b holding values 4k + b (low nibble) and
 /// 16 + 4k + b (high): the layout of Q4_0.
 fn nibbles_by_sub_block(q: &mut [u8]) {
-    let old = q.to_vec();
+    let mut old = [0u8; 128];
+    old.copy_from_slice(q);
     let v = |sb: usize, l: usize| (old[32 * (sb / 2) + l] >> (4 * (sb % 2))) & 15;
     for sb in 0..8 {
         for j in 0..16 {
@@ -278,7 +279,8 @@ fn nibbles_by_sub_block(q: &mut [u8]) {
 /// 4n + g is byte 32n + l, bits 2g) as 8 bytes a sub-block: word h, byte b, bits 2s hold value
 /// 16h + 4s + b (quad 4h + s at shift 2s, read by quant.wgsl's `field`).
 fn crumbs_by_sub_block(q: &mut [u8]) {
-    let old = q.to_vec();
+    let mut old = [0u8; 64];
+    old.copy_from_slice(q);
     let v = |sb: usize, l: usize| (old[32 * (sb / 4) + l] >> (2 * (sb % 4))) & 3;
     for sb in 0..8 {
         for h in 0..2 {
@@ -292,7 +294,8 @@ fn crumbs_by_sub_block(q: &mut [u8]) {
 /// Single bits (Q5_K's fifth bits, Q3_K's hmask: bit sb of byte l is value l of sub-block sb) as
 /// a word a sub-block, bit l for value l.
 fn bits_by_sub_block(q: &mut [u8]) {
-    let old = q.to_vec();
+    let mut old = [0u8; 32];
+    old.copy_from_slice(q);
     for sb in 0..8 {
         let w = (0..32).fold(0u32, |w, l| w | (((old[l] >> sb) & 1) as u32) << l);
         q[4 * sb..4 * sb + 4].copy_from_slice(&w.to_le_bytes());
@@ -325,7 +328,8 @@ fn q5_k_permute(blk: &mut [u8]) {
 /// 64n + 32·(g % 2) + l, nibble g / 2; on the GPU as Q4_K's), the high 2 bits by sub-block, then
 /// scales and d.
 fn q6_k_permute(blk: &mut [u8]) {
-    let ql = blk[..128].to_vec();
+    let mut ql = [0u8; 128];
+    ql.copy_from_slice(&blk[..128]);
     let v = |sb: usize, l: usize| (ql[64 * (sb / 4) + 32 * (sb % 2) + l] >> (4 * (sb % 4 / 2))) & 15;
     for sb in 0..8 {
         for j in 0..16 {
