@@ -154,6 +154,21 @@ gpu_test!(rope,
              Check::Rope { t: 77, heads: 12, extra_heads: 3, head_dim: 64, max_pos: 8192 }],
     browser: [Check::Rope { t: 5, heads: 3, extra_heads: 1, head_dim: 16, max_pos: 300 }]);
 
+// Llama-3's frequency factors over a full and a partial rotation (the unrotated dims untouched).
+gpu_test!(rope_scaled,
+    native: [Check::RopeScaled { t: 33, heads: 5, head_dim: 64, n_rot: 64 }, Check::RopeScaled { t: 7, heads: 3, head_dim: 96, n_rot: 32 }],
+    browser: [Check::RopeScaled { t: 3, heads: 2, head_dim: 16, n_rot: 8 }]);
+
+gpu_test!(bias,
+    native: [Check::Bias { t: 1, n: 1152 }, Check::Bias { t: 37, n: 97 }],
+    browser: [Check::Bias { t: 3, n: 37 }]);
+
+// The QK-norm: Q's heads at the start of a Q|K|V row, K's after them, odd head counts.
+gpu_test!(head_norm,
+    native: [Check::HeadNorm { t: 1, heads: 14, skip: 0, head_dim: 64 }, Check::HeadNorm { t: 29, heads: 3, skip: 7, head_dim: 128 },
+             Check::HeadNorm { t: 5, heads: 1, skip: 4, head_dim: 256 }],
+    browser: [Check::HeadNorm { t: 3, heads: 2, skip: 1, head_dim: 16 }]);
+
 gpu_test!(swiglu,
     native: [Check::SwiGlu { t: 1, f: 1536 }, Check::SwiGlu { t: 45, f: 97 }],
     browser: [Check::SwiGlu { t: 3, f: 37 }]);

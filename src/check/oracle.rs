@@ -37,12 +37,40 @@ pub fn rmsnorm(x: &[f32], w: &[f32], rows: usize, dim: usize, eps: f32) -> Vec<f
     y
 }
 
+/// `x[t, i] += b[i]` for rows of `b.len()`.
+pub fn add_bias(x: &mut [f32], b: &[f32]) {
+    for row in x.chunks_exact_mut(b.len()) {
+        row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+    }
+}
+
+/// RMSNorm of each of the `heads` heads of `hd` that start `off` floats into each row of
+/// `row_stride`, in place, with the weight `w` (f64 sums).
+pub fn head_norm(x: &mut [f32], w: &[f32], row_stride: usize, off: usize, heads: usize, eps: f32) {
+    let hd = w.len();
+    for row in x.chunks_exact_mut(row_stride) {
+        for h in 0..heads {
+            let v = &mut row[off + h * hd..off + (h + 1) * hd];
+            let normed = rmsnorm(v, w, 1, hd, eps);
+            v.copy_from_slice(&normed);
+        }
+    }
+}
+
 /// Rotates adjacent pairs of the first `heads` heads of each row in place.
 pub fn rope(x: &mut [f32], pos: &[u32], heads: usize, row_stride: usize, head_dim: usize, base: f64) {
+    rope_scaled(x, pos, heads, row_stride, head_dim, head_dim, base, None)
+}
+
+/// [`rope`] over the first `n_rot` dims of each head (the rest as they are), the angle of pair
+/// `i` divided by `factors[i]` (Llama-3's `rope_freqs`).
+#[allow(clippy::too_many_arguments)]
+pub fn rope_scaled(x: &mut [f32], pos: &[u32], heads: usize, row_stride: usize, head_dim: usize, n_rot: usize, base: f64, factors: Option<&[f32]>) {
     for (t, &p) in pos.iter().enumerate() {
         for h in 0..heads {
-            for i in 0..head_dim / 2 {
-                let a = p as f64 * base.powf(-2.0 * i as f64 / head_dim as f64);
+            for i in 0..n_rot / 2 {
+                let f = factors.map_or(1.0, |f| f[i] as f64);
+                let a = p as f64 * base.powf(-2.0 * i as f64 / n_rot as f64) / f;
                 let (c, s) = (a.cos(), a.sin());
                 let j = t * row_stride + h * head_dim + 2 * i;
                 let (x0, x1) = (x[j] as f64, x[j + 1] as f64);

@@ -17,7 +17,9 @@ macro_rules! kernel {
 
 mod argmax;
 mod attention;
+mod bias;
 mod embed;
+mod head_norm;
 mod kv_copy;
 mod kv_write;
 mod matmul;
@@ -28,13 +30,15 @@ mod topk;
 
 pub use argmax::{argmax, argmax_feed};
 pub use attention::{attention, attention_scratch_bytes, AttnShape, Split, ATTN_SPAN};
+pub use bias::add_bias;
 pub use embed::embed;
+pub use head_norm::{head_norm, HeadsShape};
 pub use kv_copy::kv_copy;
 pub use kv_write::{kv_write, KvSource};
 pub(crate) use matmul::gpu_layout;
 pub use matmul::{matmul, matmul_acc, matmul_exact, matvec, Weight, XLoad};
 pub use rmsnorm::rmsnorm;
-pub use rope::{rope, rope_table, RopeShape};
+pub use rope::{rope, rope_table, rope_table_scaled, RopeShape};
 pub use swiglu::swiglu;
 pub use topk::{topk, Top, TopkLayout};
 

@@ -79,6 +79,51 @@ impl Check {
                 let max_err = compare(&name, "x", &got, &want, |_| 1e-5)?;
                 Ok(Report { name, max_err, ms: None, rate: None })
             }
+            Check::RopeScaled { t, heads, head_dim, n_rot } => {
+                let stride = heads * head_dim;
+                let max_pos = 4096;
+                let x = rng.vec(t * stride, 1.0);
+                let pos: Vec<u32> = (0..t).map(|_| rng.below(max_pos) as u32).collect();
+                let factors: Vec<f32> = (0..n_rot / 2).map(|_| 1.0 + rng.f32(4.0).abs()).collect();
+                let table = ops::rope_table_scaled(max_pos, head_dim, n_rot, 500000.0, Some(&factors));
+                let xb = gpu.upload("x", &x).await?;
+                let (pb, tb) = (gpu.upload("pos", &pos).await?, gpu.upload("rope table", &table).await?);
+                let shape = RopeShape { t, heads, row_stride: stride, head_dim };
+                ops_once(gpu, |b| ops::rope(b, &xb, &pb, &tb, &shape)).await?;
+                let got = gpu.read_f32(&xb, t * stride).await?;
+                let mut want = x.clone();
+                oracle::rope_scaled(&mut want, &pos, heads, stride, head_dim, n_rot, 500000.0, Some(&factors));
+                // The unrotated dims must come back bit for bit.
+                for (i, (g, x)) in got.iter().zip(&x).enumerate() {
+                    if i % head_dim >= n_rot && g.to_bits() != x.to_bits() {
+                        return Err(Error::Mismatch(format!("{name}: x[{i}] = {g}, unrotated {x}")));
+                    }
+                }
+                let max_err = compare(&name, "x", &got, &want, |_| 1e-5)?;
+                Ok(Report { name, max_err, ms: None, rate: None })
+            }
+            Check::Bias { t, n } => {
+                let (x, bias) = (rng.vec(t * n, 2.0), rng.vec(n, 1.0));
+                let (xb, bb) = (gpu.upload("x", &x).await?, gpu.upload("bias", &bias).await?);
+                ops_once(gpu, |b| ops::add_bias(b, &xb, &bb, t, n)).await?;
+                let got = gpu.read_f32(&xb, t * n).await?;
+                let mut want = x.clone();
+                oracle::add_bias(&mut want, &bias);
+                let max_err = compare(&name, "x", &got, &want, |_| 0.0)?;
+                Ok(Report { name, max_err, ms: None, rate: None })
+            }
+            Check::HeadNorm { t, heads, skip, head_dim } => {
+                let stride = (skip + heads + 1) * head_dim;
+                let (x, w) = (rng.vec(t * stride, 2.0), rng.vec(head_dim, 1.0));
+                let (xb, wb) = (gpu.upload("x", &x).await?, gpu.upload("w", &w).await?);
+                let shape = ops::HeadsShape { t, heads, row_stride: stride, off: skip * head_dim, head_dim };
+                ops_once(gpu, |b| ops::head_norm(b, &xb, &wb, &shape, 1e-6)).await?;
+                let got = gpu.read_f32(&xb, t * stride).await?;
+                let mut want = x.clone();
+                oracle::head_norm(&mut want, &w, stride, skip * head_dim, heads, 1e-6);
+                let max_err = compare(&name, "x", &got, &want, |i| 1e-6 + 1e-5 * want[i].abs())?;
+                Ok(Report { name, max_err, ms: None, rate: None })
+            }
             Check::SwiGlu { t, f } => {
                 let x = rng.vec(t * 2 * f, 4.0);
                 let xb = gpu.upload("x", &x).await?;

@@ -75,6 +75,37 @@ pub enum Check {
         /// Positions in the RoPE table.
         max_pos: usize,
     },
+    /// RoPE over the first `n_rot` of each head's `head_dim` dims, with random frequency factors
+    /// (Llama-3's `rope_freqs`; partial rotary leaves the rest as they are).
+    RopeScaled {
+        /// Rows (tokens).
+        t: usize,
+        /// Heads rotated per row.
+        heads: usize,
+        /// Width of one head.
+        head_dim: usize,
+        /// Dims rotated at the start of each head.
+        n_rot: usize,
+    },
+    /// A bias added to `t` rows of `n`.
+    Bias {
+        /// Rows.
+        t: usize,
+        /// Values per row.
+        n: usize,
+    },
+    /// RMSNorm of `heads` heads in place, after `skip` heads, in rows of `heads + skip + 1` heads
+    /// (the QK-norm on Q or on K of a fused Q|K|V row).
+    HeadNorm {
+        /// Rows.
+        t: usize,
+        /// Heads normalized per row.
+        heads: usize,
+        /// Heads before them, left as they are.
+        skip: usize,
+        /// Width of one head.
+        head_dim: usize,
+    },
     /// SwiGLU: rows of gate | up (`2·f` values) into rows of `f`.
     SwiGlu {
         /// Rows (tokens).
@@ -223,6 +254,9 @@ impl Check {
                 format!("rope T={t} heads={heads}+{extra_heads} hd={head_dim} max_pos={max_pos}")
             }
             Check::SwiGlu { t, f } => format!("swiglu T={t} F={f}"),
+            Check::RopeScaled { t, heads, head_dim, n_rot } => format!("rope scaled T={t} heads={heads} hd={head_dim} n_rot={n_rot}"),
+            Check::Bias { t, n } => format!("bias T={t} N={n}"),
+            Check::HeadNorm { t, heads, skip, head_dim } => format!("head_norm T={t} heads={heads} skip={skip} hd={head_dim}"),
             Check::Embed { format, t, vocab, dim } => format!("embed {} T={t} vocab={vocab} dim={dim}", format.name()),
             Check::Parts { formats, t, k, n, group_rows } => {
                 format!("parts {}|{} T={t} K={k} N={n} rows/part={}", formats[0].name(), formats[1].name(), group_rows * quant::ROW_GROUP)
@@ -274,6 +308,9 @@ impl Check {
             Check::RmsNorm { rows: 3, dim: 100 },
             Check::Rope { t: 5, heads: 3, extra_heads: 1, head_dim: 16, max_pos: 300 },
             Check::SwiGlu { t: 3, f: 37 },
+            Check::RopeScaled { t: 3, heads: 2, head_dim: 16, n_rot: 8 },
+            Check::Bias { t: 3, n: 37 },
+            Check::HeadNorm { t: 3, heads: 2, skip: 1, head_dim: 16 },
             Check::Argmax { rows: 3, n: 1000 },
             Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
             Check::Attention { past: 0, t: 1, n_head: 3, n_kv: 3, head_dim: 8, page: 2, pool: 2 },

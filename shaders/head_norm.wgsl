@@ -1,0 +1,34 @@
+// RMSNorm of each head, in place (the QK-norm of Qwen3 and Gemma-3): for the `heads` heads of
+// `hd` floats that start `off` floats into each of `t` rows (`row_stride` apart),
+//   x[h, :] ← x[h, :] / sqrt(mean(x[h, :]²) + eps) · w     (w: [hd], shared by the heads)
+// One head per invocation (no barriers), as shaders/rmsnorm.wgsl does a row.
+
+struct Params {
+    t: u32,
+    heads: u32,
+    row_stride: u32,
+    off: u32,
+    hd: u32,
+    eps: f32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>; // [T, row_stride]
+@group(0) @binding(2) var<storage, read> w: array<f32>;       // [hd]
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let r = gid.x;
+    if r >= p.t * p.heads {
+        return;
+    }
+    let b = (r / p.heads) * p.row_stride + p.off + (r % p.heads) * p.hd;
+    var ss = 0.0;
+    for (var i = 0u; i < p.hd; i++) {
+        ss += x[b + i] * x[b + i];
+    }
+    let s = inverseSqrt(ss / f32(p.hd) + p.eps);
+    for (var i = 0u; i < p.hd; i++) {
+        x[b + i] = x[b + i] * s * w[i];
+    }
+}
