@@ -19,7 +19,10 @@ multi-turn chat; 267 prompt tokens and 96 greedy ones), so their candidates are 
 those three (tolerances.py on the reference cut to them); the tiny models' on all nine. bounds.json
 records each file's prompts.
 
-usage: $(scripts/peer/venv.sh) scripts/format-bounds.py [STEM...]   (every file, or these merged in; reads models/formats/<STEM>-llamacpp.json.gz)
+The architectures' tiny models (tests/data/archs/, by scripts/make-archs.sh) get their bounds the
+same way, on all nine prompts: SET=archs.
+
+usage: [SET=archs] $(scripts/peer/venv.sh) scripts/format-bounds.py [STEM...]   (every file, or these merged in; reads models/$SET/<STEM>-llamacpp.json.gz)
 """
 import base64
 import gzip
@@ -36,7 +39,8 @@ sys.path.insert(0, os.path.join(here, "peer"))
 from lcpp import LlamaCpp  # noqa: E402
 
 root = os.path.join(here, "..")
-data = os.path.join(root, "tests", "data", "formats")
+SET = os.environ.get("SET", "formats")
+data = os.path.join(root, "tests", "data", SET)
 files = json.load(open(os.path.join(data, "files.json")))
 bounds_path = os.path.join(data, "bounds.json")
 out = json.load(open(bounds_path)) if os.path.exists(bounds_path) and len(sys.argv) > 1 else {}
@@ -56,15 +60,15 @@ def kl_top(ref_last, ours_last, k=64):
 SUBSET = {"smollm2": ["pub-02-python", "pub-05-emoji-whitespace", "pub-08-chat-multiturn"]}
 
 for stem in sys.argv[1:] or files:
-    model = os.path.join(root, "models", "formats", stem + ".gguf")
-    full = os.path.join(root, "models", "formats", stem + "-llamacpp.json.gz")
+    model = os.path.join(root, "models", SET, stem + ".gguf")
+    full = os.path.join(root, "models", SET, stem + "-llamacpp.json.gz")
     ref = json.load(gzip.open(full, "rt"))
     tol_path = os.path.join(data, stem + "-tolerances.json")
     subset = SUBSET.get(stem.split("-")[0])
     if subset:
         ref["prompts"] = [p for p in ref["prompts"] if p["id"] in subset]
         assert [p["id"] for p in ref["prompts"]] == subset, stem
-        cut = os.path.join(root, "models", "formats", stem + "-subset-llamacpp.json.gz")
+        cut = os.path.join(root, "models", SET, stem + "-subset-llamacpp.json.gz")
         with gzip.open(cut, "wt") as f:
             json.dump(ref, f)
         subprocess.run([sys.executable, os.path.join(here, "peer", "tolerances.py"), model, cut, tol_path], check=True,

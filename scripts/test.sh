@@ -25,8 +25,9 @@ cargo fmt --manifest-path fuzz/Cargo.toml --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --lib --target wasm32-unknown-unknown -- -D warnings
 
-stage "format models: scripts/make-formats.sh (llama.cpp's quantizer; builds its venv once)"
+stage "test models: scripts/make-formats.sh (llama.cpp's quantizer; builds its venv once), scripts/make-archs.sh (tiny models of each architecture)"
 bash scripts/make-formats.sh
+bash scripts/make-archs.sh
 
 stage "native tests: cargo test --workspace --release (llama.cpp agreement: ~2,700 tokens on the default model, 363 on each of its 12 requantizations, 953 on each of 14 tiny format files)"
 cargo test --workspace --release

@@ -1,11 +1,14 @@
-//! `hotprefix info MODEL`: what a GGUF file holds (architecture, parameters, the formats of its
-//! tensors, context, tokenizer) and whether this build runs it, with the first reason if not. The
+//! `hotprefix info MODEL`: what a GGUF file holds (architecture and the features of it the file
+//! uses, parameters, the formats of its tensors, context, tokenizer) and whether this build runs it, with the first reason if not. The
 //! verdict is the CPU side of a load (`preflight::check_model_cpu`): no GPU is needed.
 
 use std::collections::BTreeMap;
 
+use hotprefix::chat::ChatTemplate;
+use hotprefix::engine::Prompter;
 use hotprefix::gguf::{self, Gguf};
 use hotprefix::preflight::check_model_cpu;
+use hotprefix::tokenizer::Tokenizer;
 use hotprefix::Result;
 use serde_json::json;
 
@@ -27,6 +30,7 @@ pub fn info(path: &str, json_out: bool) -> Result<()> {
     }
     let name = |id: u32| gguf::ggml_type(id).map_or_else(|| format!("type {id}"), |t| t.name.to_string());
     let verdict = check_model_cpu(&file).map(|_| ()).map_err(|e| e.to_string());
+    let features = hotprefix::model::arch::features(&g);
     if json_out {
         let formats: Vec<_> = formats
             .iter()
@@ -34,6 +38,7 @@ pub fn info(path: &str, json_out: bool) -> Result<()> {
             .collect();
         let out = json!({
             "architecture": arch,
+            "features": features,
             "parameters": params,
             "tensors": g.tensors.len(),
             "formats": formats,
@@ -50,6 +55,7 @@ pub fn info(path: &str, json_out: bool) -> Result<()> {
     let or_none = |v: Option<String>| v.unwrap_or_else(|| "(none)".into());
     println!("{path}");
     println!("  architecture   {}", or_none(arch.clone()));
+    println!("  features       {}", features.join(", "));
     println!("  parameters     {params} in {} tensors, {} bytes", g.tensors.len(), file.len());
     for (id, (tensors, values)) in &formats {
         println!("  {:<14} {tensors} tensors, {values} values", name(*id));
@@ -60,5 +66,27 @@ pub fn info(path: &str, json_out: bool) -> Result<()> {
         Ok(()) => println!("  runs           yes"),
         Err(e) => println!("  runs           no: {e}"),
     }
+    Ok(())
+}
+
+/// `hotprefix tokenize`: the ids of `--prompt` (BOS first where the model asks, control-token text
+/// as plain text) or of `--messages` rendered through the model's chat template (its markers as
+/// control tokens, the contents as plain text), as one JSON array. The CPU side only.
+pub fn tokenize(path: &str, prompt: Option<String>, messages: Option<String>) -> Result<()> {
+    let file = crate::read_model(path)?;
+    let g = Gguf::parse(&file)?;
+    let tokenizer = Tokenizer::from_gguf(&g)?;
+    let ids = match (prompt, messages) {
+        (_, Some(m)) => {
+            let template = match g.get("tokenizer.chat_template") {
+                Some(_) => Some(ChatTemplate::from_gguf(&g)?),
+                None => None,
+            };
+            Prompter { template: template.as_ref(), tokenizer: &tokenizer }.encode(&crate::read_messages(&m)?)?.ids
+        }
+        (Some(p), None) => tokenizer.encode_prompt(&p)?,
+        (None, None) => return Err(hotprefix::Error::InvalidArgument("give --prompt or --messages".into())),
+    };
+    println!("{}", serde_json::to_string(&ids).unwrap_or_default());
     Ok(())
 }

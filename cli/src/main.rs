@@ -31,7 +31,7 @@ enum Cmd {
     Run {
         #[arg(long, default_value = DEFAULT_MODEL)]
         model: String,
-        /// Raw prompt text (control tokens in it stay plain text).
+        /// Raw prompt text (control tokens in it stay plain text; BOS first where the model asks).
         #[arg(long, conflicts_with = "messages", required_unless_present = "messages")]
         prompt: Option<String>,
         /// A JSON file with `[{"role": "system"|"user"|"assistant", "content": "..."}]`.
@@ -95,6 +95,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The token ids of a raw prompt (control-token text stays plain text) or of chat messages
+    /// rendered through the model's template, as one JSON array. Needs no GPU.
+    Tokenize {
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        model: String,
+        /// Raw prompt text.
+        #[arg(long, conflicts_with = "messages", required_unless_present = "messages")]
+        prompt: Option<String>,
+        /// A JSON file with `[{"role": …, "content": …}]`, rendered with the generation prompt.
+        #[arg(long)]
+        messages: Option<String>,
+    },
     /// Benchmarks: the model (prefill and decode tok/s), `kernels`, or `cache` (TTFT cold vs warm,
     /// and prefill efficiency over a scripted chat).
     Bench {
@@ -147,6 +159,7 @@ fn main() -> ExitCode {
                 session::run(&model, &requests, opts).await
             }
             Cmd::Info { model, json } => info::info(&model, json),
+            Cmd::Tokenize { model, prompt, messages } => info::tokenize(&model, prompt, messages),
             Cmd::Bench { what, model, json, runs, kernels, section, formats } => match what.as_str() {
                 "model" => bench::model(&model, json, runs.max(1), &kernels).await,
                 "kernels" => bench::kernels(&formats).await,
@@ -172,24 +185,21 @@ pub(crate) fn read_model(path: &str) -> Result<Vec<u8>> {
     })
 }
 
+/// A JSON file of `[{role, content}]` messages.
+pub(crate) fn read_messages(path: &str) -> Result<Vec<Message>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidArgument(format!("cannot read {path}: {e}")))?;
+    serde_json::from_str(&text).map_err(|e| Error::InvalidArgument(format!("{path}: not a list of {{role, content}} messages: {e}")))
+}
+
 async fn run(model: &str, prompt: Option<String>, messages: Option<String>, params: GenerateParams, json: bool) -> Result<()> {
     let file = read_model(model)?;
-    let messages: Option<Vec<Message>> = match &messages {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| Error::InvalidArgument(format!("cannot read {path}: {e}")))?;
-            Some(
-                serde_json::from_str(&text)
-                    .map_err(|e| Error::InvalidArgument(format!("{path}: not a list of {{role, content}} messages: {e}")))?,
-            )
-        }
-        None => None,
-    };
+    let messages = messages.as_deref().map(read_messages).transpose()?;
     let gpu = Gpu::new().await?;
     let mut engine =
         Engine::load(gpu, &file, EngineOptions { context: Some(4096), kv_budget_mb: Some(128.0), ..EngineOptions::default() }).await?;
     let ids = match (&prompt, &messages) {
         (_, Some(m)) => engine.encode_chat(m)?,
-        (Some(p), None) => engine.tokenizer().encode_text(p)?,
+        (Some(p), None) => engine.tokenizer().encode_prompt(p)?,
         (None, None) => return Err(Error::InvalidArgument("give --prompt or --messages".into())),
     };
     let mut stdout = std::io::stdout();

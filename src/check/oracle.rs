@@ -65,7 +65,16 @@ pub fn rope(x: &mut [f32], pos: &[u32], heads: usize, row_stride: usize, head_di
 /// [`rope`] over the first `n_rot` dims of each head (the rest as they are), the angle of pair
 /// `i` divided by `factors[i]` (Llama-3's `rope_freqs`).
 #[allow(clippy::too_many_arguments)]
-pub fn rope_scaled(x: &mut [f32], pos: &[u32], heads: usize, row_stride: usize, head_dim: usize, n_rot: usize, base: f64, factors: Option<&[f32]>) {
+pub fn rope_scaled(
+    x: &mut [f32],
+    pos: &[u32],
+    heads: usize,
+    row_stride: usize,
+    head_dim: usize,
+    n_rot: usize,
+    base: f64,
+    factors: Option<&[f32]>,
+) {
     for (t, &p) in pos.iter().enumerate() {
         for h in 0..heads {
             for i in 0..n_rot / 2 {

@@ -14,7 +14,7 @@
 use crate::cache::kv::KvCache;
 use crate::error::Result;
 use crate::gpu::Batch;
-use crate::ops::{self, AttnShape, KvSource, RopeShape, Split, Weight, XLoad};
+use crate::ops::{self, AttnShape, HeadsShape, KvSource, RopeShape, Split, Weight, XLoad};
 
 use super::{Logits, Model};
 
@@ -79,7 +79,8 @@ impl Pass<'_, '_> {
     }
 
     /// Block `l`'s attention, pre-norm with a residual: `x += attention(rmsnorm(x)) · Woᵀ`, with
-    /// Q|K|V from one fused projection, RoPE on Q and K, the new K/V written to the sequence's
+    /// Q|K|V from one fused projection (plus its bias, and the QK-norm, where the file has them),
+    /// RoPE on Q and K, the new K/V written to the sequence's
     /// pages, and causal grouped-query attention over them.
     pub(crate) fn attention(&mut self, l: usize) -> Result<()> {
         let (m, c, s) = (self.m, &self.m.cfg, &self.m.s);
@@ -87,6 +88,16 @@ impl Pass<'_, '_> {
         let (hd, qkv_w) = (c.head_dim, c.qkv_width());
         let scale = 1.0 / (hd as f32).sqrt();
         self.norm_project(&layer.attn_norm, &layer.qkv, &s.qkv)?;
+        let t = self.t();
+        if let Some(bias) = &layer.qkv_bias {
+            ops::add_bias(self.b, &s.qkv, bias, t, qkv_w)?; // Qwen2
+        }
+        if let Some((qn, kn)) = &layer.qk_norm {
+            // Qwen3: RMSNorm of each Q and K head before RoPE.
+            let heads = |heads, off| HeadsShape { t, heads, row_stride: qkv_w, off, head_dim: hd };
+            ops::head_norm(self.b, &s.qkv, qn, &heads(c.n_head, 0), c.eps)?;
+            ops::head_norm(self.b, &s.qkv, kn, &heads(c.n_kv_head, c.n_head * hd), c.eps)?;
+        }
         let shape = match self.mode {
             Mode::Prefill { start, t, .. } => {
                 let rope = RopeShape { t, heads: c.n_head + c.n_kv_head, row_stride: qkv_w, head_dim: hd };

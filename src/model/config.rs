@@ -17,8 +17,14 @@ pub struct Config {
     pub n_head: usize,
     /// Key/value heads: fewer than `n_head` with grouped-query attention, else equal.
     pub n_kv_head: usize,
-    /// Width of one head: `dim / n_head` (a multiple of 4, at most 128).
+    /// Width of one head: `attention.key_length`, else `dim / n_head` (a multiple of 4, at most
+    /// 128). Qwen3's heads are wider than `dim / n_head`.
     pub head_dim: usize,
+    /// Dims of each head RoPE rotates (`rope.dimension_count`, else `head_dim`): even, at most
+    /// `head_dim`; the rest pass through.
+    pub n_rot: usize,
+    /// How RoPE pairs a head's dims (the architecture's).
+    pub rope: Rope,
     /// FFN hidden width.
     pub ffn: usize,
     /// Vocabulary size (rows of `token_embd.weight`).
@@ -29,6 +35,17 @@ pub struct Config {
     pub rope_base: f64,
     /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`), in (0, 1).
     pub eps: f32,
+}
+
+/// How RoPE pairs the dims of a head (llama.cpp's `LLAMA_ROPE_TYPE_NORM` / `_NEOX`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rope {
+    /// Adjacent pairs `(2i, 2i+1)`: llama files (converted with their Q/K rows permuted).
+    Norm,
+    /// Halves `(i, i + n_rot/2)`: Qwen, Gemma, Phi-3. hotprefix permutes the Q and K rows (and
+    /// their biases and norms) of such a file at load so that its halves become adjacent pairs:
+    /// the same dot products, and one RoPE kernel for both.
+    Neox,
 }
 
 /// The largest width, FFN width, vocabulary and layer count [`Config::from_gguf`] accepts: far above
@@ -56,6 +73,21 @@ impl Config {
             size(&k, g.u64(&k)?)
         };
         let (dim, n_head) = (u("embedding_length")?, u("attention.head_count")?);
+        let head_dim = match g.get(&key("attention.key_length")) {
+            Some(_) => u("attention.key_length")?,
+            None if n_head > 0 && dim.is_multiple_of(n_head) => dim / n_head,
+            None => return Err(Error::Model(format!("{n_head} heads must divide width {dim} (no attention.key_length)"))),
+        };
+        if g.get(&key("attention.value_length")).is_some() && u("attention.value_length")? != head_dim {
+            return Err(Error::Model(format!(
+                "V heads of {} beside K heads of {head_dim} are not supported",
+                u("attention.value_length")?
+            )));
+        }
+        let n_rot = match g.get(&key("rope.dimension_count")) {
+            Some(_) => u("rope.dimension_count")?,
+            None => head_dim,
+        };
         let n_kv_head = match g.get(&key("attention.head_count_kv")) {
             Some(_) => u("attention.head_count_kv")?,
             None => n_head,
@@ -66,7 +98,9 @@ impl Config {
             dim,
             n_head,
             n_kv_head,
-            head_dim: dim.checked_div(n_head).unwrap_or(0),
+            head_dim,
+            n_rot,
+            rope: arch.rope,
             ffn: u("feed_forward_length")?,
             vocab: size("token_embd rows", embd.dims.get(1).copied().unwrap_or(0))?,
             context: u("context_length")?.min(MAX_CONTEXT),
@@ -80,16 +114,14 @@ impl Config {
         if c.dim > MAX_DIM || c.ffn > MAX_FFN || c.vocab > MAX_VOCAB || c.n_layer > MAX_LAYERS {
             return bad(format!("width, FFN, vocabulary or layers above {MAX_DIM}, {MAX_FFN}, {MAX_VOCAB}, {MAX_LAYERS} in {c:?}"));
         }
-        if !c.dim.is_multiple_of(c.n_head) || !c.n_head.is_multiple_of(c.n_kv_head) {
-            return bad(format!("{} heads must divide width {} and be a multiple of {} KV heads", c.n_head, c.dim, c.n_kv_head));
+        if !c.n_head.is_multiple_of(c.n_kv_head) {
+            return bad(format!("{} heads must be a multiple of {} KV heads", c.n_head, c.n_kv_head));
         }
         if !c.head_dim.is_multiple_of(4) || c.head_dim > 128 {
             return bad(format!("head dim {} (a multiple of 4, at most 128, is supported)", c.head_dim));
         }
-        if let Some(rot) = g.get(&key("rope.dimension_count")).and_then(|v| v.as_u64()) {
-            if gguf::fit::<usize>(rot) != Some(c.head_dim) {
-                return bad(format!("RoPE over {rot} of {} dims (partial rotary) is not supported", c.head_dim));
-            }
+        if c.n_rot == 0 || !c.n_rot.is_multiple_of(2) || c.n_rot > c.head_dim {
+            return bad(format!("RoPE over {} of {} dims (an even count, at most the head, is supported)", c.n_rot, c.head_dim));
         }
         let eps_ok = c.eps > 0.0 && c.eps < 1.0; // false for NaN
         if !eps_ok || c.rope_base.is_nan() || c.rope_base <= 1.0 {

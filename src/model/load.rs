@@ -8,7 +8,8 @@ use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::ops::Weight;
 
-use super::config::Config;
+use super::arch::Arch;
+use super::config::{Config, Rope};
 use super::gguf::{self, Gguf, TensorInfo};
 use super::quant::{self, Format};
 
@@ -20,6 +21,10 @@ pub(crate) struct Layer<M = Weight, V = wgpu::Buffer> {
     pub(crate) ffn_norm: V,  // [dim]
     pub(crate) gate_up: M,   // [2·ffn, dim]: gate | up rows
     pub(crate) down: M,      // [dim, ffn]
+    /// Q|K|V bias `[(n_head + 2·n_kv)·hd]` (Qwen2; zeros where one of the three is absent).
+    pub(crate) qkv_bias: Option<V>,
+    /// The QK-norm's weights `[hd]` (Qwen3), both or neither.
+    pub(crate) qk_norm: Option<(V, V)>,
 }
 
 /// Where a loading model's tensor bytes come from: the whole file in memory (`&[u8]`), or a reader
@@ -44,9 +49,17 @@ pub(crate) type Run<'a> = (Format, usize, Cow<'a, [u8]>);
 /// bytes (borrowed when the run is one tensor). Same-format tensors fuse into one matrix (one
 /// dispatch); a change of format (a Q4_K_M file's Q5_0 Q and K beside a Q8_0 V) starts a new
 /// part. The fuzzed CPU load path ([`crate::model::preflight`]) calls it too.
-pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[String], k: usize) -> Result<Vec<Run<'a>>> {
+/// With `order`, the rows of the tensors marked `true` are permuted head by head (`order`: the
+/// NEOX RoPE layout, [`neox_order`]).
+pub(crate) fn fused_bytes<'a>(
+    g: &Gguf,
+    file: &'a dyn TensorBytes,
+    names: &[(String, bool)],
+    k: usize,
+    order: Option<&[usize]>,
+) -> Result<Vec<Run<'a>>> {
     let mut runs: Vec<Run<'a>> = Vec::new();
-    for name in names {
+    for (name, permute) in names {
         let t = g.tensor(name)?;
         let f = Format::from_ggml_type(t.ggml_type).ok_or_else(|| quant::unsupported(name, t.ggml_type))?;
         let n = match t.dims[..] {
@@ -54,7 +67,13 @@ pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[Stri
             _ => return Err(Error::Model(format!("{name}: shape {:?}, expected [{k}, ·]", t.dims))),
         };
         let n = n.ok_or_else(|| Error::Model(format!("{name}: {:?} rows overflow", t.dims)))?;
-        let data = file.tensor_bytes(g, t)?;
+        let mut data = file.tensor_bytes(g, t)?;
+        if let (true, Some(order)) = (*permute, order) {
+            if n == 0 || !n.is_multiple_of(order.len()) || !data.len().is_multiple_of(n) {
+                return Err(Error::Model(format!("{name}: {n} rows are not whole heads of {}", order.len())));
+            }
+            data = Cow::Owned(by_head(&data, data.len() / n, order));
+        }
         match runs.last_mut() {
             Some((rf, rows, bytes)) if *rf == f => {
                 *rows = rows.checked_add(n).ok_or_else(|| Error::Model(format!("{name}: {:?} rows overflow", t.dims)))?;
@@ -67,6 +86,37 @@ pub(crate) fn fused_bytes<'a>(g: &Gguf, file: &'a dyn TensorBytes, names: &[Stri
         return Err(Error::Model("empty projection".into()));
     }
     Ok(runs)
+}
+
+/// The order NEOX RoPE's dims are kept in on the GPU ([`Rope::Neox`]): dim `order[j]` of a head
+/// of `hd` goes to place `j`, so that each NEOX pair `(i, i + n_rot/2)` lands on the adjacent
+/// places `(2i, 2i+1)` the RoPE kernel rotates; the dims past `n_rot` stay where they are. Applied
+/// to the rows of Q and K (and their biases and norm weights), it permutes each head's dims the
+/// same way in Q and K, so every dot product, and so attention, is what the file's layout gives.
+pub(crate) fn neox_order(hd: usize, n_rot: usize) -> Vec<usize> {
+    (0..hd)
+        .map(|j| {
+            if j >= n_rot {
+                j
+            } else if j % 2 == 0 {
+                j / 2
+            } else {
+                n_rot / 2 + j / 2
+            }
+        })
+        .collect()
+}
+
+/// `data` (whole heads of `order.len()` units of `unit` elements) with each head's units in `order`.
+fn by_head<T: Copy>(data: &[T], unit: usize, order: &[usize]) -> Vec<T> {
+    let head = unit * order.len();
+    let mut out = Vec::with_capacity(data.len());
+    for h in data.chunks_exact(head) {
+        for &j in order {
+            out.extend_from_slice(&h[j * unit..(j + 1) * unit]);
+        }
+    }
+    out
 }
 
 /// The CPU half of `vector`: the values of the F32 `[n]` tensor `name`.
@@ -95,6 +145,8 @@ pub(crate) trait Sink {
 
 /// Every weight of the model, as a [`Sink`] kept it.
 pub(crate) struct Weights<M, V> {
+    /// Llama-3's RoPE frequency factors (`rope_freqs.weight`, `[n_rot/2]`), for the RoPE table.
+    pub(crate) rope_freqs: Option<Vec<f32>>,
     pub(crate) embed: M,
     pub(crate) output: Option<M>,
     pub(crate) output_norm: V,
@@ -156,7 +208,7 @@ pub(crate) async fn load_weights<S: Sink>(
     let embed = sink.matrix("token_embd", embd_format, file.tensor_bytes(g, embd)?, cfg.vocab, d).await?;
     let output = match g.tensor("output.weight") {
         Ok(_) => {
-            let (w, rows) = fused(sink, g, file, &["output.weight".to_string()], d).await?;
+            let (w, rows) = fused(sink, g, file, &[("output.weight".to_string(), false)], d, None).await?;
             if rows != cfg.vocab {
                 return Err(Error::Model(format!("output.weight has {rows} rows for a vocabulary of {}", cfg.vocab)));
             }
@@ -166,32 +218,85 @@ pub(crate) async fn load_weights<S: Sink>(
     };
     let output_norm = vector(sink, g, file, "output_norm.weight", d).await?;
     progress(done, total);
+    let arch = Arch::of(g)?;
+    let order = (cfg.rope == Rope::Neox).then(|| neox_order(hd, cfg.n_rot));
+    let order = order.as_deref();
+    let rope_freqs = match g.tensor("rope_freqs.weight") {
+        Ok(_) => Some(vector_data(g, file, "rope_freqs.weight", cfg.n_rot / 2)?),
+        Err(_) => None,
+    };
+    if let Some(f) = &rope_freqs {
+        if let Some(bad) = f.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+            return Err(Error::Model(format!("rope_freqs.weight holds {bad} (positive factors expected)")));
+        }
+    }
     let mut layers = Vec::with_capacity(cfg.n_layer);
     for (i, &bytes) in layer_bytes.iter().enumerate() {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let has = |s: &str| g.tensor(&format!("blk.{i}.{s}")).is_ok();
+        if let Some(missing) = arch.required.iter().find(|s| !has(s)) {
+            return Err(Error::Model(format!("{} file without blk.{i}.{missing}", arch.name)));
+        }
         let attn_norm = vector(sink, g, file, &n("attn_norm"), d).await?;
-        let (qkv, qkv_rows) = fused(sink, g, file, &[n("attn_q"), n("attn_k"), n("attn_v")], d).await?;
-        let (wo, wo_rows) = fused(sink, g, file, &[n("attn_output")], cfg.n_head * hd).await?;
+        let qkv_names = [(n("attn_q"), true), (n("attn_k"), true), (n("attn_v"), false)];
+        let (qkv, qkv_rows) = fused(sink, g, file, &qkv_names, d, order).await?;
+        let qkv_bias = if ["attn_q.bias", "attn_k.bias", "attn_v.bias"].iter().any(|s| has(s)) {
+            let mut b = Vec::with_capacity(cfg.qkv_width());
+            for (s, heads, permute) in [("q", cfg.n_head, true), ("k", cfg.n_kv_head, true), ("v", cfg.n_kv_head, false)] {
+                let name = format!("blk.{i}.attn_{s}.bias");
+                let v = if has(&format!("attn_{s}.bias")) { vector_data(g, file, &name, heads * hd)? } else { vec![0.0; heads * hd] };
+                b.extend(match (permute, order) {
+                    (true, Some(o)) => by_head(&v, 1, o),
+                    _ => v,
+                });
+            }
+            Some(sink.vector(&format!("blk.{i}.attn_qkv.bias"), b).await?)
+        } else {
+            None
+        };
+        let qk_norm = match (has("attn_q_norm.weight"), has("attn_k_norm.weight")) {
+            (false, false) => None,
+            (true, true) => {
+                let norm = |s: &str| {
+                    let v = vector_data(g, file, &n(s), hd)?;
+                    Ok::<_, Error>(match order {
+                        Some(o) => by_head(&v, 1, o),
+                        None => v,
+                    })
+                };
+                let (q, k) = (norm("attn_q_norm")?, norm("attn_k_norm")?);
+                Some((sink.vector(&n("attn_q_norm"), q).await?, sink.vector(&n("attn_k_norm"), k).await?))
+            }
+            _ => return Err(Error::Model(format!("blk.{i}: a QK-norm on only one of Q and K"))),
+        };
+        let (wo, wo_rows) = fused(sink, g, file, &[(n("attn_output"), false)], cfg.n_head * hd, None).await?;
         let ffn_norm = vector(sink, g, file, &n("ffn_norm"), d).await?;
-        let (gate_up, gate_up_rows) = fused(sink, g, file, &[n("ffn_gate"), n("ffn_up")], d).await?;
-        let (down, down_rows) = fused(sink, g, file, &[n("ffn_down")], cfg.ffn).await?;
+        let (gate_up, gate_up_rows) = fused(sink, g, file, &[(n("ffn_gate"), false), (n("ffn_up"), false)], d, None).await?;
+        let (down, down_rows) = fused(sink, g, file, &[(n("ffn_down"), false)], cfg.ffn, None).await?;
         if qkv_rows != cfg.qkv_width() || wo_rows != d || gate_up_rows != 2 * cfg.ffn || down_rows != d {
             return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
         }
-        layers.push(Layer { attn_norm, qkv, wo, ffn_norm, gate_up, down });
+        layers.push(Layer { attn_norm, qkv, wo, ffn_norm, gate_up, down, qkv_bias, qk_norm });
         done = done.saturating_add(bytes);
         progress(done, total);
     }
-    Ok(Weights { embed, output, output_norm, layers })
+    Ok(Weights { rope_freqs, embed, output, output_norm, layers })
 }
 
 /// Several same-width GGUF matrices as one (their rows concatenated: one part a run of
 /// same-format tensors), and its rows.
-async fn fused<S: Sink>(sink: &mut S, g: &Gguf, file: &dyn TensorBytes, names: &[String], k: usize) -> Result<(S::Matrix, usize)> {
-    let name = names.first().map_or("", String::as_str);
+async fn fused<S: Sink>(
+    sink: &mut S,
+    g: &Gguf,
+    file: &dyn TensorBytes,
+    names: &[(String, bool)],
+    k: usize,
+    order: Option<&[usize]>,
+) -> Result<(S::Matrix, usize)> {
+    let name = names.first().map_or("", |n| n.0.as_str());
     let mut parts = Vec::new();
     let mut rows = 0;
-    for (format, n, bytes) in fused_bytes(g, file, names, k)? {
+    for (format, n, bytes) in fused_bytes(g, file, names, k, order)? {
         parts.push(sink.matrix(name, format, bytes, n, k).await?);
         rows += n;
     }

@@ -2,7 +2,7 @@
 //! uploaded as they are (`load`), scratch buffers allocated once, and the forward pass of its
 //! architecture (`arch`: one short file each, over the shared blocks in `blocks`).
 
-pub(crate) mod arch;
+pub mod arch;
 mod blocks;
 mod config;
 pub mod gguf;
@@ -23,7 +23,7 @@ use crate::ops::{self, Top, Weight};
 
 use arch::Arch;
 use blocks::{Mode, Pass};
-pub use config::{Config, MAX_CONTEXT};
+pub use config::{Config, Rope, MAX_CONTEXT};
 pub use load::TensorBytes;
 use load::Upload;
 pub(crate) use load::{load_weights, Layer, Sink, Weights};
@@ -122,11 +122,11 @@ impl Model {
         // Positions past the trained context are never used.
         let opts = Options { context: Some(opts.context.unwrap_or(cfg.context).min(cfg.context)), ..opts };
         let mut sink = Upload { gpu, bytes: 0 };
-        let Weights { embed, output, output_norm, layers } = load_weights(g, file, &cfg, &mut sink, progress).await?;
+        let Weights { rope_freqs, embed, output, output_norm, layers } = load_weights(g, file, &cfg, &mut sink, progress).await?;
         let weight_bytes = sink.bytes;
         let (d, hd) = (cfg.dim, cfg.head_dim);
         let max_pos = opts.context.unwrap_or(cfg.context);
-        let rope = gpu.upload("rope table", &ops::rope_table(max_pos, hd, cfg.rope_base)).await?;
+        let rope = gpu.upload("rope table", &ops::rope_table_scaled(max_pos, hd, cfg.n_rot, cfg.rope_base, rope_freqs.as_deref())).await?;
         let t = opts.chunk;
         let f = |n: usize| 4 * n as u64;
         let lrows = if opts.all_logits { t } else { 1 };

@@ -162,8 +162,9 @@ mod tests {
                 tiny_with(|m| drop(m.insert("llama.feed_forward_length".into(), Value::U32(128)))),
                 "blk.0.ffn_down.weight: shape [160, 96], expected [128, ·]",
             ),
-            (tiny_with(|m| drop(m.insert("llama.attention.head_count_kv".into(), Value::U32(4)))), "must divide"),
-            (tiny_with(|m| drop(m.insert("llama.attention.head_count".into(), Value::U32(2)))), "RoPE over 16 of 48 dims"),
+            (tiny_with(|m| drop(m.insert("llama.attention.head_count_kv".into(), Value::U32(4)))), "must be a multiple of 4 KV heads"),
+            (tiny_with(|m| drop(m.insert("llama.rope.dimension_count".into(), Value::U32(24)))), "RoPE over 24 of 16 dims"),
+            (tiny_with(|m| drop(m.insert("llama.attention.head_count".into(), Value::U32(7)))), "7 heads must divide width 96"),
             (
                 tiny_with(|m| {
                     m.remove("llama.rope.dimension_count");

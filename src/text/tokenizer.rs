@@ -21,7 +21,9 @@ use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::tokenizer::SplitDelimiterBehavior;
 use tokenizers::AddedToken;
 
 use crate::error::{Error, Result};
@@ -81,16 +83,31 @@ fn byte_alphabet() -> HashMap<char, u8> {
     map
 }
 
+/// llama.cpp's pre-tokenizer regex for Llama-3 (`llama-bpe`, `LLAMA_VOCAB_PRE_TYPE_LLAMA3`):
+/// digits in runs of up to three.
+const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// ... and for Qwen2 and Qwen3 (`qwen2`, `LLAMA_VOCAB_PRE_TYPE_QWEN2`): each digit on its own.
+const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` name, where hotprefix has it.
 fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
     let byte_level = ByteLevel::new(false, true, true);
+    // A regex split (each match and each gap between matches a piece, llama.cpp's
+    // `unicode_regex_split`), then the byte-level alphabet without GPT-2's own regex.
+    let split = |regex: &str| -> Result<PreTokenizerWrapper> {
+        let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| err(format!("the {pre:?} pre-tokenizer regex: {e}")))?;
+        Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()]).into())
+    };
     match pre {
         // Each digit on its own, then the GPT-2 regex (llama.cpp: "\p{N}" then the GPT-2 regex).
         "smollm" | "starcoder" => Ok(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()),
         // The GPT-2 regex alone.
         "gpt-2" | "gpt2" => Ok(byte_level.into()),
+        "llama-bpe" | "llama3" => split(LLAMA3_REGEX),
+        "qwen2" => split(QWEN2_REGEX),
         other => Err(err(format!(
-            "tokenizer.ggml.pre = {other:?} is not supported (supported: \"smollm\", \"starcoder\", \"gpt-2\"); \
+            "tokenizer.ggml.pre = {other:?} is not supported (supported: \"smollm\", \"starcoder\", \"gpt-2\", \"llama-bpe\", \"qwen2\"); \
              llama.cpp's \"default\" uses a different regex than GPT-2 and is not implemented"
         ))),
     }
@@ -221,6 +238,14 @@ impl Tokenizer {
     /// and never yields a control id. Use this for anything a user typed. Adds no BOS.
     pub fn encode_text(&self, text: &str) -> Result<Vec<u32>> {
         Self::encode(&self.plain, text)
+    }
+
+    /// A raw prompt as llama.cpp tokenizes one (`add_special`): BOS first when the model asks for
+    /// it (`tokenizer.ggml.add_bos_token`), then the text as [`Self::encode_text`] encodes it.
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids: Vec<u32> = self.bos.filter(|_| self.add_bos).into_iter().collect();
+        ids.extend(self.encode_text(text)?);
+        Ok(ids)
     }
 
     /// Encodes text whose control-token markers are meant as control tokens: a rendered chat

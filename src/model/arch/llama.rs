@@ -1,16 +1,18 @@
-//! Llama (SmolLM2 and the llama-family files): pre-norm blocks with RMSNorm, RoPE on adjacent
-//! pairs, grouped-query attention, a SwiGLU feed-forward, and a head tied to the embedding unless
-//! the file has `output.weight`.
+//! Llama (SmolLM2, Llama-3 and the llama-family files): pre-norm blocks with RMSNorm, RoPE on
+//! adjacent pairs (with Llama-3's frequency factors when the file has `rope_freqs.weight`),
+//! grouped-query attention, a SwiGLU feed-forward, and a head tied to the embedding unless the
+//! file has `output.weight`.
 
 use crate::error::Result;
 use crate::model::blocks::Pass;
+use crate::model::config::Rope;
 
 use super::Arch;
 
-pub(crate) const LLAMA: Arch = Arch { name: "llama", forward };
+pub(crate) const LLAMA: Arch = Arch { name: "llama", rope: Rope::Norm, required: &[], forward };
 
 /// llama2.c's `forward()`, a layer at a time.
-fn forward(p: &mut Pass<'_, '_>) -> Result<()> {
+pub(super) fn forward(p: &mut Pass<'_, '_>) -> Result<()> {
     p.embed()?;
     for l in 0..p.layers() {
         p.attention(l)?; // x += attention(rmsnorm(x))

@@ -4,22 +4,78 @@
 //! hyper-parameters need in `Config::from_gguf`, and a test.
 
 mod llama;
+mod qwen2;
+mod qwen3;
 
 use crate::error::{Error, Result};
 use crate::model::gguf::Gguf;
 
 use super::blocks::Pass;
+use super::config::Rope;
 
-/// An architecture: its `general.architecture` name and its forward pass.
+/// An architecture: its `general.architecture` name, how it lays out RoPE, the tensors each
+/// block must have beyond llama's, and its forward pass.
 pub(crate) struct Arch {
     /// The name in `general.architecture`, also the prefix of its metadata keys.
     pub(crate) name: &'static str,
+    /// How RoPE pairs a head's dims.
+    pub(crate) rope: Rope,
+    /// Tensors every block `blk.N.` must have beyond llama's (a file without them is refused, as
+    /// llama.cpp refuses it), e.g. Qwen2's `attn_q.bias`. Optional tensors any block may have:
+    /// `attn_{q,k,v}.bias`, `attn_{q,k}_norm.weight`.
+    pub(crate) required: &'static [&'static str],
     /// Records one forward pass: embedding, blocks, head.
     pub(crate) forward: fn(&mut Pass<'_, '_>) -> Result<()>,
 }
 
 /// Every architecture hotprefix runs.
-pub(crate) const ARCHITECTURES: &[&Arch] = &[&llama::LLAMA];
+pub(crate) const ARCHITECTURES: &[&Arch] = &[&llama::LLAMA, &qwen2::QWEN2, &qwen3::QWEN3];
+
+/// What the file's architecture uses beyond a plain llama block, as `hotprefix info` names it:
+/// the RoPE layout and scaling, biases, QK-norm, head width, the output head. Read from the
+/// metadata and the tensor names alone (a file the config refuses still gets its list).
+pub fn features(g: &Gguf) -> Vec<String> {
+    let arch = g.get("general.architecture").and_then(|v| v.as_str()).unwrap_or("");
+    let known = ARCHITECTURES.iter().find(|a| a.name == arch);
+    let num = |k: &str| g.get(&format!("{arch}.{k}")).and_then(|v| v.as_u64());
+    let has = |suffix: &str| g.tensors.iter().any(|t| t.name.starts_with("blk.") && t.name.ends_with(suffix));
+    let mut f = Vec::new();
+    match known.map(|a| a.rope) {
+        Some(Rope::Norm) => f.push("RoPE on adjacent pairs".to_string()),
+        Some(Rope::Neox) => f.push("RoPE on halves (NEOX)".to_string()),
+        None => {}
+    }
+    if g.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
+        f.push("RoPE frequency factors (Llama-3 scaling)".into());
+    }
+    if let Some(t) = g.get(&format!("{arch}.rope.scaling.type")).and_then(|v| v.as_str()) {
+        f.push(format!("RoPE scaling {t}"));
+    }
+    let (dim, heads) = (num("embedding_length"), num("attention.head_count"));
+    let hd = num("attention.key_length").or_else(|| Some(dim? / heads.filter(|h| *h > 0)?));
+    if let (Some(rot), Some(hd)) = (num("rope.dimension_count"), hd) {
+        if rot < hd {
+            f.push(format!("partial rotary ({rot} of {hd} dims)"));
+        }
+    }
+    if let (Some(k), Some(d), Some(h)) = (num("attention.key_length"), dim, heads) {
+        if k * h != d {
+            f.push(format!("heads of {k} ({h} × {k} ≠ width {d})"));
+        }
+    }
+    if ["attn_q.bias", "attn_k.bias", "attn_v.bias"].iter().any(|s| has(s)) {
+        f.push("Q/K/V biases".into());
+    }
+    if has("attn_q_norm.weight") {
+        f.push("QK-norm".into());
+    }
+    if let Some(w) = num("attention.sliding_window") {
+        f.push(format!("sliding window {w}"));
+    }
+    let tied = !g.tensors.iter().any(|t| t.name == "output.weight");
+    f.push(if tied { "output head tied to the embedding" } else { "untied output head" }.into());
+    f
+}
 
 impl Arch {
     /// The architecture the file declares; an unknown one is refused by name.

