@@ -29,7 +29,7 @@ stage "test models: scripts/make-formats.sh (llama.cpp's quantizer; builds its v
 bash scripts/make-formats.sh
 bash scripts/make-archs.sh
 
-stage "native tests: cargo test --workspace --release (llama.cpp agreement: ~2,700 tokens on the default model, 363 on each of its 12 requantizations, 953 on each of 14 tiny format files)"
+stage "native tests: cargo test --workspace --release (llama.cpp agreement: ~2,700 tokens on the default model, 363 on each of its 12 requantizations, 953 on each of 14 tiny format files, 3 tiny architecture files)"
 cargo test --workspace --release
 
 stage "browser tests: wasm-pack test --headless --chrome (kernels, the tiny models, every weight format on 14 tiny files)"

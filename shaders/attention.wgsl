@@ -1,5 +1,6 @@
 // Causal grouped-query attention over paged KV:
-//   out[t, h] = Σ_j softmax_j(q[t, h] · k[j, g] / √hd) · v[j, g],  j = 0 ..= pos[t],  g = h / (H / H_kv)
+//   out[t, h] = Σ_j softmax_j(q[t, h] · k[j, g] / √hd) · v[j, g],  j = lo ..= pos[t],  g = h / (H / H_kv)
+// with lo = 0, or with a sliding window of W positions (Gemma-3's local layers) lo = pos[t] + 1 − W.
 // K/V come from the pages (f16 pairs in u32) through the page table, so the new tokens' own K/V
 // must be written first (kv_write). Online softmax in f32: no [T, ctx] score buffer.
 //
@@ -28,6 +29,7 @@ struct Params {
     table_len: u32,  // entries in the page table
     splits: u32,     // position slices per (token, head)
     span: u32,       // positions per slice (0: the positions split evenly into `splits`)
+    window: u32,     // a query at position pos sees the last `window` positions (0: all)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -63,6 +65,11 @@ fn f16_round(v: vec4<f32>) -> vec4<f32> {
     let inf = bitcast<vec4<f32>>(vec4<u32>(0x7f800000u) | (b & vec4<u32>(0u)));
     r = select(r, inf, a >= vec4<f32>(65520.0));
     return sign(v) * r;
+}
+
+// The first position a query sees when it is at position n − 1 (its window's start).
+fn first_pos(n: u32) -> u32 {
+    return select(0u, n - p.window, p.window > 0u && n > p.window);
 }
 
 // Word 0 of position j's row for KV head g in the pages (through the page table).
@@ -166,7 +173,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             write_own(base, krow, own, i);
         }
     }
-    for (var j = split * per; j < end; j++) {
+    for (var j = max(split * per, first_pos(n)); j < end; j++) {
         let base = kv_base(j, g);
         // Zeroed explicitly: Chromium's SwiftShader WebGPU did not re-zero a loop-local array
         // on every iteration (tests/kernels.rs caught it in the browser).
@@ -265,8 +272,8 @@ fn coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let own = pos[t];
     let n = own + 1u;
     let per = select((n + p.splits - 1u) / p.splits, p.span, p.span > 0u);
-    let start = min(n, split * per);
-    let end = min(n, start + per);
+    let start = min(n, max(split * per, first_pos(n)));
+    let end = min(n, (split + 1u) * per);
     let krow = (t * p.q_stride + (p.n_head + g) * p.hd) / 4u;
     if lid < hd4 {
         var qq = q[(t * p.q_stride + h * p.hd) / 4u + lid];

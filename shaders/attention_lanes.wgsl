@@ -72,7 +72,7 @@ fn rows_init(f0: u32, g: u32, lane: u32, split: u32) -> Rows {
         }
         let n = pos[f / ratio()] + 1u;
         let per = select((n + p.splits - 1u) / p.splits, p.span, p.span > 0u);
-        r.lo[c] = split * per;
+        r.lo[c] = max(split * per, first_pos(n));
         r.hi[c] = min(n, (split + 1u) * per);
         r.q0[c] = q_quad(f, g, lane);
         if QPL > 1u {

@@ -131,15 +131,17 @@ pub fn f16_round(v: f32) -> f32 {
 }
 
 /// Causal GQA attention with contiguous caches: `k`, `v` are `[ctx, n_kv, hd]` (already rounded
-/// as stored), `q` is `[t, n_head, hd]`, query `i` attends to positions `0..=pos[i]`.
+/// as stored), `q` is `[t, n_head, hd]`, query `i` attends to positions `0..=pos[i]`; with
+/// `window > 0`, only to positions `pos[i] + 1 − window ..= pos[i]`.
 #[allow(clippy::too_many_arguments)] // the shape is spelled out, as in the kernel's Params
-pub fn attention(q: &[f32], k: &[f32], v: &[f32], pos: &[u32], n_head: usize, n_kv: usize, hd: usize, scale: f32) -> Vec<f32> {
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], pos: &[u32], n_head: usize, n_kv: usize, hd: usize, scale: f32, window: usize) -> Vec<f32> {
     let mut out = vec![0f32; pos.len() * n_head * hd];
     for (t, &p) in pos.iter().enumerate() {
         for h in 0..n_head {
             let g = h / (n_head / n_kv);
             let qr = &q[(t * n_head + h) * hd..][..hd];
-            let scores: Vec<f64> = (0..=p as usize)
+            let lo = if window > 0 { (p as usize + 1).saturating_sub(window) } else { 0 };
+            let scores: Vec<f64> = (lo..=p as usize)
                 .map(|j| {
                     let kr = &k[(j * n_kv + g) * hd..][..hd];
                     qr.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale as f64
@@ -149,7 +151,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], pos: &[u32], n_head: usize, n_
             let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
             let z: f64 = e.iter().sum();
             for d in 0..hd {
-                let acc: f64 = e.iter().enumerate().map(|(j, w)| w * v[(j * n_kv + g) * hd + d] as f64).sum();
+                let acc: f64 = e.iter().zip(lo..).map(|(w, j)| w * v[(j * n_kv + g) * hd + d] as f64).sum();
                 out[(t * n_head + h) * hd + d] = (acc / z) as f32;
             }
         }

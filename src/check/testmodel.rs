@@ -211,7 +211,7 @@ pub fn oracle_logits(gguf_bytes: &[u8], tokens: &[u32]) -> Result<Vec<f32>> {
         oracle::rope(&mut k, &pos, c.n_kv_head, kw, hd, c.rope_base);
         let k: Vec<f32> = k.into_iter().map(oracle::f16_round).collect();
         let v: Vec<f32> = v.into_iter().map(oracle::f16_round).collect();
-        let att = oracle::attention(&q, &k, &v, &pos, c.n_head, c.n_kv_head, hd, 1.0 / (hd as f32).sqrt());
+        let att = oracle::attention(&q, &k, &v, &pos, c.n_head, c.n_kv_head, hd, 1.0 / (hd as f32).sqrt(), 0);
         let proj = oracle::matmul(&att, &w("attn_output", &[qw, d])?, t, qw, d).0;
         add(&mut x, &proj);
         // feed-forward

@@ -113,11 +113,22 @@ impl Pass<'_, '_> {
                     split: Split::Fixed,
                     fused: false,
                     kind: m.variant,
+                    window: 0,
                 }
             }
             // RoPE, the KV write and attention in one dispatch.
             Mode::Decode { pos, .. } => {
-                AttnShape { t: 1, n_head: c.n_head, q_stride: qkv_w, scale, ctx: pos + 1, split: Split::Auto, fused: true, kind: m.variant }
+                AttnShape {
+                    t: 1,
+                    n_head: c.n_head,
+                    q_stride: qkv_w,
+                    scale,
+                    ctx: pos + 1,
+                    split: Split::Auto,
+                    fused: true,
+                    kind: m.variant,
+                    window: 0,
+                }
             }
         };
         ops::attention(self.b, &s.qkv, &shape, &s.pos, self.table, self.table_len, kv, &m.rope, &s.att, &s.part)?;

@@ -40,6 +40,9 @@ pub struct AttnShape {
     pub fused: bool,
     /// The kernel variant.
     pub kind: Variant,
+    /// A sliding window: a query at position `p` attends to positions `p + 1 − window ..= p`
+    /// (0: to all of `0 ..= p`).
+    pub window: usize,
 }
 
 /// How attention spreads a query's positions over invocations (flash-decoding).
@@ -174,6 +177,7 @@ pub fn attention(
         u(table_len),
         u(splits),
         u(span),
+        u(s.window),
     ];
     let buffers = [q, pos, table, &kv.k, &kv.v, out, part, rope];
     if coop {

@@ -404,22 +404,27 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
     let scale = 1.0 / (hd as f32).sqrt();
     let part = gpu.storage("partials", ops::attention_scratch_bytes(t, n_head, hd, ctx)).await?;
     let q: Vec<f32> = new.chunks_exact(stride).flat_map(|r| r[..qw].iter().copied()).collect();
-    let want = oracle::attention(&q, &kc, &vc, &all_pos[past..], n_head, n_kv, hd, scale);
     // Both kernel variants; fixed slices (prefill) first, then slices by parallelism (decode),
-    // which is also timed (the adapter's own variant).
+    // which is also timed (the adapter's own variant); each over all positions and over a sliding
+    // window of a third of them (Gemma-3's local layers).
     let mut max_err = 0f32;
     let mut ms = None;
-    for kind in Variant::available(gpu) {
-        let fixed = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: Split::Fixed, fused: false, kind };
-        // Unfused attention does not read the RoPE table: any read-only buffer fills its binding.
-        ops_once(gpu, |b| ops::attention(b, &qb, &fixed, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?;
-        let got = gpu.read_f32(&ob, t * qw).await?;
-        max_err = max_err.max(compare(&name, &format!("out ({kind:?}, fixed slices)"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
-        let shape = AttnShape { split: Split::Auto, ..fixed };
-        let reps = if kind == Variant::for_adapter(gpu) { reps } else { 0 };
-        ms = ms.or(execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?);
-        let got = gpu.read_f32(&ob, t * qw).await?;
-        max_err = max_err.max(compare(&name, &format!("out ({kind:?})"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
+    for window in [0, 1 + ctx / 3] {
+        let want = oracle::attention(&q, &kc, &vc, &all_pos[past..], n_head, n_kv, hd, scale, window);
+        for kind in Variant::available(gpu) {
+            let fixed = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: Split::Fixed, fused: false, kind, window };
+            // Unfused attention does not read the RoPE table: any read-only buffer fills its binding.
+            ops_once(gpu, |b| ops::attention(b, &qb, &fixed, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?;
+            let got = gpu.read_f32(&ob, t * qw).await?;
+            let what = format!("out ({kind:?}, fixed slices, window {window})");
+            max_err = max_err.max(compare(&name, &what, &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
+            let shape = AttnShape { split: Split::Auto, ..fixed };
+            let reps = if kind == Variant::for_adapter(gpu) && window == 0 { reps } else { 0 };
+            ms = ms.or(execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?);
+            let got = gpu.read_f32(&ob, t * qw).await?;
+            let what = format!("out ({kind:?}, window {window})");
+            max_err = max_err.max(compare(&name, &what, &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
+        }
     }
     let bytes = (t * n_head * (past + t) * hd * 2 * 2) as f64;
     Ok(Report::timed(name, max_err, ms, bytes, "GB/s"))
@@ -463,14 +468,15 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
         vc.extend(row[qw + kw..].iter().map(|v| oracle::f16_round(*v)));
     }
     let scale = 1.0 / (hd as f32).sqrt();
-    let want = oracle::attention(&rotated[..qw], &kc, &vc, &[past as u32], n_head, n_kv, hd, scale);
     let qb = gpu.upload("q|k|v", new).await?;
     let pb = gpu.upload("pos", &[past as u32]).await?;
     let ob = gpu.storage("out", 4 * qw as u64).await?;
     let part = gpu.storage("partials", ops::attention_scratch_bytes(1, n_head, hd, ctx)).await?;
     let mut max_err = 0f32;
     let mut ms = None;
-    for kind in Variant::available(gpu) {
+    // Over all positions and over a sliding window of a third of them (Gemma-3's local layers).
+    for (kind, window) in Variant::available(gpu).into_iter().flat_map(|k| [(k, 0), (k, 1 + ctx / 3)]) {
+        let want = oracle::attention(&rotated[..qw], &kc, &vc, &[past as u32], n_head, n_kv, hd, scale, window);
         // The pages start without the token's K/V each time.
         let stale = vec![0u32; (kv.k.size() / 4) as usize];
         gpu.write(&kv.k, 0, &stale);
@@ -481,11 +487,11 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
             let src = KvSource { t: past, row_stride: stride, k_off: qw, v_off: qw + kw };
             ops_once(gpu, |b| ops::kv_write(b, &rb, &src, &pb, &tb, n_pages, &kv)).await?;
         }
-        let shape = AttnShape { t: 1, n_head, q_stride: stride, scale, ctx, split: Split::Auto, fused: true, kind };
+        let shape = AttnShape { t: 1, n_head, q_stride: stride, scale, ctx, split: Split::Auto, fused: true, kind, window };
         let run = |b: &mut Batch| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ropeb, &ob, &part);
         ops_once(gpu, run).await?;
         let got = gpu.read_f32(&ob, qw).await?;
-        max_err = max_err.max(compare(&name, &format!("out ({kind:?})"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
+        max_err = max_err.max(compare(&name, &format!("out ({kind:?}, window {window})"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
         // The token's own K and V, f16, in its slot.
         for (what, buf, vals) in [("k", &kv.k, &kc), ("v", &kv.v, &vc)] {
             let bytes = gpu.read(buf, buf.size()).await?;
@@ -498,7 +504,7 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
                 })?;
             }
         }
-        if kind == Variant::for_adapter(gpu) {
+        if kind == Variant::for_adapter(gpu) && window == 0 {
             ms = execute(gpu, reps, run).await?;
         }
     }
