@@ -1,7 +1,8 @@
 // y[t, :] = dequantized row tokens[t] of an embedding table in any weight format, in the GPU layout
 // the matmul reads (quant.wgsl, concatenated before this file), so one table serves as embeddings
 // and tied output head. A table may be split by rows into parts (bindings): this dispatch writes
-// the tokens whose row is in this part, r0 .. r0 + n, and leaves the others to their parts.
+// the tokens whose row is in this part, r0 .. r0 + n, and leaves the others to their parts. Each
+// value is multiplied by `scale` (Gemma's √width; 1 elsewhere, which leaves it exactly as it is).
 
 struct Params {
     t: u32,      // tokens
@@ -9,6 +10,7 @@ struct Params {
     n: u32,      // rows of this part
     w_row: u32,  // words a table row
     r0: u32,     // the part's first row
+    scale: f32,  // multiplies every value
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -29,5 +31,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if row < p.r0 || row - p.r0 >= p.n {
         return;
     }
-    y[idx] = w4(row_base(row - p.r0), idx % k4n);
+    y[idx] = w4(row_base(row - p.r0), idx % k4n) * p.scale;
 }

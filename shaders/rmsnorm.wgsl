@@ -1,9 +1,11 @@
-// y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · w — one row per invocation (no barriers).
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · w — one row per invocation (no barriers); with
+// `acc`, y[r, :] += that (Gemma-3's post-attention and post-FFN norms, added to the residual).
 
 struct Params {
     rows: u32,
     dim: u32,
     eps: f32,
+    acc: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -24,6 +26,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let s = inverseSqrt(ss / f32(p.dim) + p.eps);
     for (var i = 0u; i < p.dim; i++) {
-        y[b + i] = x[b + i] * s * w[i];
+        let v = x[b + i] * s * w[i];
+        y[b + i] = select(v, y[b + i] + v, p.acc == 1u);
     }
 }

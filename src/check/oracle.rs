@@ -105,6 +105,20 @@ pub fn swiglu(x: &[f32], t: usize, f: usize) -> Vec<f32> {
     y
 }
 
+/// `gelu(x[t, j]) · x[t, f + j]` per row of `2f`, GELU's tanh approximation in f64.
+pub fn geglu(x: &[f32], t: usize, f: usize) -> Vec<f32> {
+    let gelu = |v: f32| {
+        let v = v as f64;
+        0.5 * v * (1.0 + (0.7978845608028654 * (v + 0.044715 * v * v * v)).tanh())
+    };
+    let mut y = Vec::with_capacity(t * f);
+    for ti in 0..t {
+        let row = &x[ti * 2 * f..(ti + 1) * 2 * f];
+        y.extend((0..f).map(|j| (gelu(row[j]) * row[f + j] as f64) as f32));
+    }
+    y
+}
+
 /// Rows `tokens[i]` of a dequantized `[vocab, dim]` table.
 pub fn embed(table: &[f32], tokens: &[u32], dim: usize) -> Vec<f32> {
     tokens.iter().flat_map(|&t| table[t as usize * dim..(t as usize + 1) * dim].iter().copied()).collect()

@@ -75,7 +75,7 @@ impl Pass<'_, '_> {
     /// `x = embedding[tokens]`.
     pub(crate) fn embed(&mut self) -> Result<()> {
         let s = &self.m.s;
-        ops::embed(self.b, &s.tokens, &self.m.embed, &s.x, self.t())
+        ops::embed(self.b, &s.tokens, &self.m.embed, &s.x, self.t(), 1.0)
     }
 
     /// Block `l`'s attention, pre-norm with a residual: `x += attention(rmsnorm(x)) · Woᵀ`, with

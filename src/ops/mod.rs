@@ -37,9 +37,9 @@ pub use kv_copy::kv_copy;
 pub use kv_write::{kv_write, KvSource};
 pub(crate) use matmul::gpu_layout;
 pub use matmul::{matmul, matmul_acc, matmul_exact, matvec, Weight, XLoad};
-pub use rmsnorm::rmsnorm;
+pub use rmsnorm::{rmsnorm, rmsnorm_add};
 pub use rope::{rope, rope_table, rope_table_scaled, RopeShape};
-pub use swiglu::swiglu;
+pub use swiglu::{geglu, swiglu};
 pub use topk::{topk, Top, TopkLayout};
 
 /// The KV pages of one layer: `[pages, n_kv, page_size, head_dim/2]` u32 each for K and V

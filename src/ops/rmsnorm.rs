@@ -9,8 +9,18 @@ static RMSNORM: Kernel = kernel!("rmsnorm", "main", [Read, Read, ReadWrite]);
 
 /// `y[r] = x[r] / rms(x[r]) · w` for `rows` rows of `dim`.
 pub fn rmsnorm(b: &mut Batch, x: &wgpu::Buffer, w: &wgpu::Buffer, y: &wgpu::Buffer, rows: usize, dim: usize, eps: f32) -> Result<()> {
+    norm(b, x, w, y, rows, dim, eps, false)
+}
+
+/// `y[r] += x[r] / rms(x[r]) · w`: a normed branch added to the residual stream.
+pub fn rmsnorm_add(b: &mut Batch, x: &wgpu::Buffer, w: &wgpu::Buffer, y: &wgpu::Buffer, rows: usize, dim: usize, eps: f32) -> Result<()> {
+    norm(b, x, w, y, rows, dim, eps, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn norm(b: &mut Batch, x: &wgpu::Buffer, w: &wgpu::Buffer, y: &wgpu::Buffer, rows: usize, dim: usize, eps: f32, acc: bool) -> Result<()> {
     need("rmsnorm", "x", x, rows * dim)?;
     need("rmsnorm", "w", w, dim)?;
     need("rmsnorm", "y", y, rows * dim)?;
-    b.dispatch(&RMSNORM, &[], &[u(rows), u(dim), eps.to_bits()], &[x, w, y], [u(rows).div_ceil(64), 1, 1])
+    b.dispatch(&RMSNORM, &[], &[u(rows), u(dim), eps.to_bits(), acc as u32], &[x, w, y], [u(rows).div_ceil(64), 1, 1])
 }

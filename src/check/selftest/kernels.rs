@@ -61,7 +61,14 @@ impl Check {
                 let ms = execute(gpu, reps, run).await?;
                 let got = gpu.read_f32(&yb, rows * dim).await?;
                 let want = oracle::rmsnorm(&x, &w, rows, dim, 1e-5);
-                let max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 1e-5 * want[i].abs())?;
+                let mut max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 1e-5 * want[i].abs())?;
+                // Added to a residual (Gemma-3's post-norms).
+                let y0 = rng.vec(rows * dim, 1.0);
+                gpu.write(&yb, 0, &y0);
+                ops_once(gpu, |b| ops::rmsnorm_add(b, &xb, &wb, &yb, rows, dim, 1e-5)).await?;
+                let got = gpu.read_f32(&yb, rows * dim).await?;
+                let want: Vec<f32> = want.iter().zip(&y0).map(|(a, b)| a + b).collect();
+                max_err = max_err.max(compare(&name, "y +=", &got, &want, |i| 1e-5 + 1e-5 * want[i].abs())?);
                 Ok(Report::timed(name, max_err, ms, (rows * dim * 8) as f64, "GB/s"))
             }
             Check::Rope { t, heads, extra_heads, head_dim, max_pos } => {
@@ -131,7 +138,16 @@ impl Check {
                 let ms = execute(gpu, reps, |b| ops::swiglu(b, &xb, &yb, t, f)).await?;
                 let got = gpu.read_f32(&yb, t * f).await?;
                 let want = oracle::swiglu(&x, t, f);
-                let max_err = compare(&name, "y", &got, &want, |i| 1e-6 + 1e-5 * want[i].abs())?;
+                let mut max_err = compare(&name, "y", &got, &want, |i| 1e-6 + 1e-5 * want[i].abs())?;
+                // GeGLU (Gemma), past GELU's saturation points too.
+                let mut xg = x.clone();
+                xg[0] = 12.0;
+                xg[t * 2 * f - f - 1] = -11.0;
+                gpu.write(&xb, 0, &xg);
+                ops_once(gpu, |b| ops::geglu(b, &xb, &yb, t, f)).await?;
+                let got = gpu.read_f32(&yb, t * f).await?;
+                let want = oracle::geglu(&xg, t, f);
+                max_err = max_err.max(compare(&name, "geglu y", &got, &want, |i| 1e-6 + 1e-5 * want[i].abs())?);
                 Ok(Report::timed(name, max_err, ms, (t * f * 12) as f64, "GB/s"))
             }
             Check::Embed { format, t, vocab, dim } => {
@@ -141,11 +157,15 @@ impl Check {
                 let w = Weight::upload(gpu, "embeddings", format, &table, vocab, dim).await?;
                 let tb = gpu.upload("tokens", &tokens).await?;
                 let yb = gpu.storage("y", 4 * (t * dim) as u64).await?;
-                ops_once(gpu, |b| ops::embed(b, &tb, &w, &yb, t)).await?;
-                let got = gpu.read_f32(&yb, t * dim).await?;
-                let want = oracle::embed(&quant::dequantize(format, &table)?, &tokens, dim);
-                // The GPU computes d·q − m as the oracle does, but may fuse it (an FMA).
-                let max_err = compare(&name, "y", &got, &want, |i| 1e-6 + 1e-6 * want[i].abs())?;
+                // Unscaled, then scaled (Gemma's √width).
+                let mut max_err = 0f32;
+                for scale in [1.0f32, 25.3] {
+                    ops_once(gpu, |b| ops::embed(b, &tb, &w, &yb, t, scale)).await?;
+                    let got = gpu.read_f32(&yb, t * dim).await?;
+                    let want: Vec<f32> = oracle::embed(&quant::dequantize(format, &table)?, &tokens, dim).iter().map(|v| v * scale).collect();
+                    // The GPU computes d·q − m as the oracle does, but may fuse it (an FMA).
+                    max_err = max_err.max(compare(&name, "y", &got, &want, |i| 1e-6 + 1e-6 * want[i].abs())?);
+                }
                 Ok(Report { name, max_err, ms: None, rate: None })
             }
             Check::Parts { formats, t, k, n, group_rows } => parts(gpu, &mut rng, name, formats, [t, k, n], group_rows).await,
@@ -307,7 +327,7 @@ async fn parts(gpu: &Gpu, rng: &mut Rng, name: String, formats: [Format; 2], [t,
     let tokens: Vec<u32> = (0..n as u32).rev().step_by(7).chain([0, half as u32]).collect();
     let tb = gpu.upload("tokens", &tokens).await?;
     let eb = gpu.storage("rows", 4 * (tokens.len() * k) as u64).await?;
-    ops_once(gpu, |b| ops::embed(b, &tb, &w, &eb, tokens.len())).await?;
+    ops_once(gpu, |b| ops::embed(b, &tb, &w, &eb, tokens.len(), 1.0)).await?;
     let got = gpu.read_f32(&eb, tokens.len() * k).await?;
     let want = oracle::embed(&values, &tokens, k);
     max_err = max_err.max(compare(&name, "rows", &got, &want, |i| 1e-6 + 1e-6 * want[i].abs())?);
