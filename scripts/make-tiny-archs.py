@@ -14,6 +14,10 @@ What each architecture adds (llama.cpp's src/models/*.cpp):
   qwen2        Q/K/V biases, NEOX RoPE, an untied output head
   qwen3        QK-norm, heads wider than dim/n_head (attention.key_length), NEOX RoPE, tied head
   llama3       Llama-3's RoPE frequency factors (rope_freqs.weight), an untied output head
+  gemma3       embedding × √width, QK-norm, post-attention and post-FFN norms, GeGLU, sliding
+               window 8 on layers 0-4 (local RoPE base 10,000) and global layer 5, heads of 64
+               beside width 128, the tied head; with Qwen3's BPE vocabulary (the architecture
+               does not depend on it; Gemma's own SentencePiece vocabulary is the tokenizer's test)
 (A llama file with RoPE over fewer dims than a head is refused by llama.cpp — "invalid n_rot" — so
 no reference can exist for it: hotprefix's partial rotary is checked by the kernel checks alone.)
 
@@ -34,6 +38,7 @@ SHAPES = {
     "qwen2": ("qwen2", 96, 2, 3, 1, 32, 32, 224, "qwen2", True),
     "qwen3": ("qwen3", 96, 2, 4, 2, 32, 32, 160, "qwen2", False),
     "llama3": ("llama", 128, 2, 4, 2, 32, 32, 320, "llama-bpe", True),
+    "gemma3": ("gemma3", 128, 6, 4, 1, 64, 64, 192, "qwen2", False),
 }
 gguf_arch, DIM, LAYERS, HEADS, KV, HD, NROT, FFN, PRE, UNTIED = SHAPES[arch]
 
@@ -81,6 +86,8 @@ w.add_rope_dimension_count(NROT)
 base = 500000.0 if arch == "llama3" else 1000000.0
 w.add_rope_freq_base(base)
 w.add_layer_norm_rms_eps(1e-6)
+if arch == "gemma3":
+    w.add_sliding_window(8)
 w.add_file_type(0)
 w.add_vocab_size(n_vocab)
 w.add_tokenizer_model("gpt2")
@@ -141,9 +148,12 @@ for i in range(LAYERS):
         w.add_tensor(f"blk.{i}.attn_q.bias", (0.5 * rng.standard_normal(HEADS * HD)).astype(np.float32))
         w.add_tensor(f"blk.{i}.attn_k.bias", (0.5 * rng.standard_normal(KV * HD)).astype(np.float32))
         w.add_tensor(f"blk.{i}.attn_v.bias", (0.5 * rng.standard_normal(KV * HD)).astype(np.float32))
-    if arch == "qwen3":
+    if arch in ("qwen3", "gemma3"):
         w.add_tensor(f"blk.{i}.attn_q_norm.weight", norm(HD))
         w.add_tensor(f"blk.{i}.attn_k_norm.weight", norm(HD))
+    if arch == "gemma3":
+        w.add_tensor(f"blk.{i}.post_attention_norm.weight", norm(DIM))
+        w.add_tensor(f"blk.{i}.post_ffw_norm.weight", norm(DIM))
     w.add_tensor(f"blk.{i}.attn_output.weight", mat(DIM, HEADS * HD, 0.05))
     w.add_tensor(f"blk.{i}.ffn_norm.weight", norm(DIM))
     w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(FFN, DIM, 0.08))

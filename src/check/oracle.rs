@@ -148,7 +148,17 @@ pub fn f16_round(v: f32) -> f32 {
 /// as stored), `q` is `[t, n_head, hd]`, query `i` attends to positions `0..=pos[i]`; with
 /// `window > 0`, only to positions `pos[i] + 1 − window ..= pos[i]`.
 #[allow(clippy::too_many_arguments)] // the shape is spelled out, as in the kernel's Params
-pub fn attention(q: &[f32], k: &[f32], v: &[f32], pos: &[u32], n_head: usize, n_kv: usize, hd: usize, scale: f32, window: usize) -> Vec<f32> {
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    pos: &[u32],
+    n_head: usize,
+    n_kv: usize,
+    hd: usize,
+    scale: f32,
+    window: usize,
+) -> Vec<f32> {
     let mut out = vec![0f32; pos.len() * n_head * hd];
     for (t, &p) in pos.iter().enumerate() {
         for h in 0..n_head {

@@ -16,6 +16,7 @@ use crate::error::Result;
 use crate::gpu::Batch;
 use crate::ops::{self, AttnShape, HeadsShape, KvSource, RopeShape, Split, Weight, XLoad};
 
+use super::config::Act;
 use super::{Logits, Model};
 
 /// What a pass computes.
@@ -75,7 +76,7 @@ impl Pass<'_, '_> {
     /// `x = embedding[tokens]`.
     pub(crate) fn embed(&mut self) -> Result<()> {
         let s = &self.m.s;
-        ops::embed(self.b, &s.tokens, &self.m.embed, &s.x, self.t(), 1.0)
+        ops::embed(self.b, &s.tokens, &self.m.embed, &s.x, self.t(), self.m.cfg.embed_scale)
     }
 
     /// Block `l`'s attention, pre-norm with a residual: `x += attention(rmsnorm(x)) · Woᵀ`, with
@@ -87,6 +88,13 @@ impl Pass<'_, '_> {
         let (layer, kv) = (&m.layers[l], &self.kv.layers[l]);
         let (hd, qkv_w) = (c.head_dim, c.qkv_width());
         let scale = 1.0 / (hd as f32).sqrt();
+        // A local layer (Gemma-3) sees its last `window` positions, with its own RoPE table.
+        let local = c.swa.as_ref().filter(|w| w.is_local(l));
+        let window = local.map_or(0, |w| w.window);
+        let rope_table = match (local, &m.rope_local) {
+            (Some(_), Some(t)) => t,
+            _ => &m.rope,
+        };
         self.norm_project(&layer.attn_norm, &layer.qkv, &s.qkv)?;
         let t = self.t();
         if let Some(bias) = &layer.qkv_bias {
@@ -101,7 +109,7 @@ impl Pass<'_, '_> {
         let shape = match self.mode {
             Mode::Prefill { start, t, .. } => {
                 let rope = RopeShape { t, heads: c.n_head + c.n_kv_head, row_stride: qkv_w, head_dim: hd };
-                ops::rope(self.b, &s.qkv, &s.pos, &m.rope, &rope)?;
+                ops::rope(self.b, &s.qkv, &s.pos, rope_table, &rope)?;
                 let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
                 ops::kv_write(self.b, &s.qkv, &src, &s.pos, self.table, self.table_len, kv)?;
                 AttnShape {
@@ -113,26 +121,31 @@ impl Pass<'_, '_> {
                     split: Split::Fixed,
                     fused: false,
                     kind: m.variant,
-                    window: 0,
+                    window,
                 }
             }
             // RoPE, the KV write and attention in one dispatch.
-            Mode::Decode { pos, .. } => {
-                AttnShape {
-                    t: 1,
-                    n_head: c.n_head,
-                    q_stride: qkv_w,
-                    scale,
-                    ctx: pos + 1,
-                    split: Split::Auto,
-                    fused: true,
-                    kind: m.variant,
-                    window: 0,
-                }
-            }
+            Mode::Decode { pos, .. } => AttnShape {
+                t: 1,
+                n_head: c.n_head,
+                q_stride: qkv_w,
+                scale,
+                ctx: pos + 1,
+                split: Split::Auto,
+                fused: true,
+                kind: m.variant,
+                window,
+            },
         };
-        ops::attention(self.b, &s.qkv, &shape, &s.pos, self.table, self.table_len, kv, &m.rope, &s.att, &s.part)?;
-        self.project(&s.att, &layer.wo, &s.x, true) // x += att · Woᵀ
+        ops::attention(self.b, &s.qkv, &shape, &s.pos, self.table, self.table_len, kv, rope_table, &s.att, &s.part)?;
+        match &layer.post_norms {
+            // Gemma-3: x += rmsnorm(att · Woᵀ)
+            Some((post, _)) => {
+                self.project(&s.att, &layer.wo, &s.xn, false)?;
+                ops::rmsnorm_add(self.b, &s.xn, post, &s.x, t, c.dim, c.eps)
+            }
+            None => self.project(&s.att, &layer.wo, &s.x, true), // x += att · Woᵀ
+        }
     }
 
     /// Block `l`'s feed-forward, pre-norm with a residual: `x += swiglu(rmsnorm(x) · W_gate|upᵀ) ·
@@ -141,11 +154,22 @@ impl Pass<'_, '_> {
         let (m, c, s) = (self.m, &self.m.cfg, &self.m.s);
         let layer = &m.layers[l];
         self.norm_project(&layer.ffn_norm, &layer.gate_up, &s.gu)?;
-        if matches!(self.mode, Mode::Decode { .. }) && m.fuse {
+        let t = self.t();
+        if matches!(self.mode, Mode::Decode { .. }) && m.fuse && c.act == Act::Silu && layer.post_norms.is_none() {
             return ops::matvec(self.b, &s.gu, 0, XLoad::SwiGlu, &layer.down, &s.x, true, m.variant);
         }
-        ops::swiglu(self.b, &s.gu, &s.h, self.t(), c.ffn)?;
-        self.project(&s.h, &layer.down, &s.x, true) // x += h · W_downᵀ
+        match c.act {
+            Act::Silu => ops::swiglu(self.b, &s.gu, &s.h, t, c.ffn)?,
+            Act::Gelu => ops::geglu(self.b, &s.gu, &s.h, t, c.ffn)?,
+        }
+        match &layer.post_norms {
+            // Gemma-3: x += rmsnorm(h · W_downᵀ)
+            Some((_, post)) => {
+                self.project(&s.h, &layer.down, &s.xn, false)?;
+                ops::rmsnorm_add(self.b, &s.xn, post, &s.x, t, c.dim, c.eps)
+            }
+            None => self.project(&s.h, &layer.down, &s.x, true), // x += h · W_downᵀ
+        }
     }
 
     /// The final RMSNorm and the logits the pass asks for (the tied embedding when the file has

@@ -4,7 +4,7 @@ use crate::cache::kv::KvShape;
 use crate::error::{Error, Result};
 
 use super::arch::Arch;
-use super::gguf::{self, Gguf};
+use super::gguf::{self, Gguf, Value};
 
 /// Hyper-parameters of a llama-family model, validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,6 +25,15 @@ pub struct Config {
     pub n_rot: usize,
     /// How RoPE pairs a head's dims (the architecture's).
     pub rope: Rope,
+    /// Linear RoPE scaling (`rope.scaling.type = linear`): positions are divided by this factor
+    /// (1 without scaling).
+    pub rope_linear: f64,
+    /// Sliding-window attention on some layers (Gemma-3's local layers), if the model has it.
+    pub swa: Option<Swa>,
+    /// The embedding is multiplied by this (Gemma: √dim; 1 elsewhere).
+    pub embed_scale: f32,
+    /// The feed-forward's gate activation (the architecture's).
+    pub act: Act,
     /// FFN hidden width.
     pub ffn: usize,
     /// Vocabulary size (rows of `token_embd.weight`).
@@ -35,6 +44,35 @@ pub struct Config {
     pub rope_base: f64,
     /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`), in (0, 1).
     pub eps: f32,
+}
+
+/// A model's sliding-window attention: which layers are local, how far they see and their RoPE base.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Swa {
+    /// A query on a local layer sees its last `window` positions.
+    pub window: usize,
+    /// Which layers are local: `attention.sliding_window_pattern` (a count `p`: every layer but
+    /// each `p`th, llama.cpp's `set_swa_pattern`; or one flag a layer), else the architecture's
+    /// pattern (Gemma-3: 6).
+    pub local: Vec<bool>,
+    /// The local layers' RoPE frequency base (Gemma-3: 10,000, not in the file).
+    pub rope_base: f64,
+}
+
+impl Swa {
+    /// Whether layer `l` is a local (sliding-window) layer.
+    pub fn is_local(&self, l: usize) -> bool {
+        self.local.get(l).copied().unwrap_or(false)
+    }
+}
+
+/// The gate activation of the feed-forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// SwiGLU: `silu(gate) · up`.
+    Silu,
+    /// GeGLU: `gelu(gate) · up`, GELU's tanh approximation (Gemma).
+    Gelu,
 }
 
 /// How RoPE pairs the dims of a head (llama.cpp's `LLAMA_ROPE_TYPE_NORM` / `_NEOX`).
@@ -93,6 +131,43 @@ impl Config {
             None => n_head,
         };
         let embd = g.tensor("token_embd.weight")?;
+        // RoPE scaling: linear is a factor on the positions; the others (YaRN, LongRoPE) are refused.
+        let rope_linear = match g.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
+            None | Some("none") => 1.0,
+            Some("linear") => g.get(&key("rope.scaling.factor")).and_then(|v| v.as_f64()).unwrap_or(1.0),
+            Some(other) => {
+                return Err(Error::Model(format!("RoPE scaling {other:?} is not supported (none, linear and llama3's rope_freqs are)")))
+            }
+        };
+        if let Some(v) = g.get(&key("final_logit_softcapping")) {
+            return Err(Error::Model(format!("final logit soft-capping ({v:?}) is not supported")));
+        }
+        let n_layer = u("block_count")?.min(MAX_LAYERS + 1);
+        let swa = match (arch.swa_pattern, g.get(&key("attention.sliding_window"))) {
+            (0, _) => None,
+            (pattern, Some(_)) => {
+                let local = match g.get(&key("attention.sliding_window_pattern")) {
+                    None => (0..n_layer).map(|l| l % pattern < pattern - 1).collect(),
+                    Some(Value::Array(a)) if a.len() == n_layer => a
+                        .iter()
+                        .map(|v| match v {
+                            Value::Bool(b) => Ok(*b),
+                            other => Err(Error::Model(format!("{}: {other:?} is not a flag", key("attention.sliding_window_pattern")))),
+                        })
+                        .collect::<Result<Vec<bool>>>()?,
+                    Some(v) => match v.as_u64().filter(|p| *p > 0) {
+                        Some(p) => (0..n_layer as u64).map(|l| l % p < p - 1).collect(),
+                        None => return Err(Error::Model(format!("{} = {v:?}", key("attention.sliding_window_pattern")))),
+                    },
+                };
+                Some(Swa {
+                    window: u("attention.sliding_window")?,
+                    local,
+                    rope_base: g.get(&key("rope.freq_base_swa")).and_then(|v| v.as_f64()).unwrap_or(arch.swa_rope_base),
+                })
+            }
+            (_, None) => return Err(Error::Model(format!("{} file without {}", arch.name, key("attention.sliding_window")))),
+        };
         let c = Config {
             n_layer: u("block_count")?,
             dim,
@@ -101,6 +176,10 @@ impl Config {
             head_dim,
             n_rot,
             rope: arch.rope,
+            rope_linear,
+            swa,
+            embed_scale: if arch.embed_scaled { (dim as f32).sqrt() } else { 1.0 },
+            act: arch.act,
             ffn: u("feed_forward_length")?,
             vocab: size("token_embd rows", embd.dims.get(1).copied().unwrap_or(0))?,
             context: u("context_length")?.min(MAX_CONTEXT),
@@ -122,6 +201,14 @@ impl Config {
         }
         if c.n_rot == 0 || !c.n_rot.is_multiple_of(2) || c.n_rot > c.head_dim {
             return bad(format!("RoPE over {} of {} dims (an even count, at most the head, is supported)", c.n_rot, c.head_dim));
+        }
+        if c.rope_linear.is_nan() || c.rope_linear < 1.0 {
+            return bad(format!("RoPE linear scaling factor {} (at least 1 expected)", c.rope_linear));
+        }
+        if let Some(s) = &c.swa {
+            if s.window == 0 || s.rope_base.is_nan() || s.rope_base <= 1.0 {
+                return bad(format!("sliding window {} / local RoPE base {}", s.window, s.rope_base));
+            }
         }
         let eps_ok = c.eps > 0.0 && c.eps < 1.0; // false for NaN
         if !eps_ok || c.rope_base.is_nan() || c.rope_base <= 1.0 {

@@ -23,8 +23,11 @@ pub(crate) struct Layer<M = Weight, V = wgpu::Buffer> {
     pub(crate) down: M,      // [dim, ffn]
     /// Q|K|V bias `[(n_head + 2·n_kv)·hd]` (Qwen2; zeros where one of the three is absent).
     pub(crate) qkv_bias: Option<V>,
-    /// The QK-norm's weights `[hd]` (Qwen3), both or neither.
+    /// The QK-norm's weights `[hd]` (Qwen3, Gemma-3), both or neither.
     pub(crate) qk_norm: Option<(V, V)>,
+    /// The norms of the attention output and of the feed-forward output before each joins the
+    /// residual `[dim]` (Gemma-3), both or neither.
+    pub(crate) post_norms: Option<(V, V)>,
 }
 
 /// Where a loading model's tensor bytes come from: the whole file in memory (`&[u8]`), or a reader
@@ -269,6 +272,13 @@ pub(crate) async fn load_weights<S: Sink>(
             }
             _ => return Err(Error::Model(format!("blk.{i}: a QK-norm on only one of Q and K"))),
         };
+        let post_norms = match (has("post_attention_norm.weight"), has("post_ffw_norm.weight")) {
+            (false, false) => None,
+            (true, true) => {
+                Some((vector(sink, g, file, &n("post_attention_norm"), d).await?, vector(sink, g, file, &n("post_ffw_norm"), d).await?))
+            }
+            _ => return Err(Error::Model(format!("blk.{i}: a post-norm on only one of attention and FFN"))),
+        };
         let (wo, wo_rows) = fused(sink, g, file, &[(n("attn_output"), false)], cfg.n_head * hd, None).await?;
         let ffn_norm = vector(sink, g, file, &n("ffn_norm"), d).await?;
         let (gate_up, gate_up_rows) = fused(sink, g, file, &[(n("ffn_gate"), false), (n("ffn_up"), false)], d, None).await?;
@@ -276,7 +286,7 @@ pub(crate) async fn load_weights<S: Sink>(
         if qkv_rows != cfg.qkv_width() || wo_rows != d || gate_up_rows != 2 * cfg.ffn || down_rows != d {
             return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
         }
-        layers.push(Layer { attn_norm, qkv, wo, ffn_norm, gate_up, down, qkv_bias, qk_norm });
+        layers.push(Layer { attn_norm, qkv, wo, ffn_norm, gate_up, down, qkv_bias, qk_norm, post_norms });
         done = done.saturating_add(bytes);
         progress(done, total);
     }

@@ -23,7 +23,7 @@ use crate::ops::{self, Top, Weight};
 
 use arch::Arch;
 use blocks::{Mode, Pass};
-pub use config::{Config, Rope, MAX_CONTEXT};
+pub use config::{Act, Config, Rope, Swa, MAX_CONTEXT};
 pub use load::TensorBytes;
 use load::Upload;
 pub(crate) use load::{load_weights, Layer, Sink, Weights};
@@ -89,6 +89,8 @@ pub struct Model {
     output_norm: wgpu::Buffer,
     layers: Vec<Layer>,
     rope: wgpu::Buffer, // [context, hd/2] (cos, sin)
+    /// The local (sliding-window) layers' RoPE table, when their base differs (Gemma-3).
+    rope_local: Option<wgpu::Buffer>,
     s: Scratch,
     /// The matrix-vector and attention kernel variant (chosen for the adapter).
     variant: Variant,
@@ -126,7 +128,13 @@ impl Model {
         let weight_bytes = sink.bytes;
         let (d, hd) = (cfg.dim, cfg.head_dim);
         let max_pos = opts.context.unwrap_or(cfg.context);
-        let rope = gpu.upload("rope table", &ops::rope_table_scaled(max_pos, hd, cfg.n_rot, cfg.rope_base, rope_freqs.as_deref())).await?;
+        // Linear scaling divides every angle by its factor, as frequency factors do.
+        let factors = rope_freqs.or_else(|| (cfg.rope_linear != 1.0).then(|| vec![cfg.rope_linear as f32; cfg.n_rot / 2]));
+        let rope = gpu.upload("rope table", &ops::rope_table_scaled(max_pos, hd, cfg.n_rot, cfg.rope_base, factors.as_deref())).await?;
+        let rope_local = match &cfg.swa {
+            Some(swa) => Some(gpu.upload("local rope table", &ops::rope_table_scaled(max_pos, hd, cfg.n_rot, swa.rope_base, None)).await?),
+            None => None,
+        };
         let t = opts.chunk;
         let f = |n: usize| 4 * n as u64;
         let lrows = if opts.all_logits { t } else { 1 };
@@ -148,7 +156,7 @@ impl Model {
         };
         let variant = Variant::for_adapter(gpu);
         let fuse = fused_by_default(variant);
-        Ok(Model { arch: Arch::of(g)?, cfg, opts, embed, output, output_norm, layers, rope, s, variant, fuse, weight_bytes })
+        Ok(Model { arch: Arch::of(g)?, cfg, opts, embed, output, output_norm, layers, rope, rope_local, s, variant, fuse, weight_bytes })
     }
 
     /// Makes the matrix-vector and attention kernels variant `kind` instead of the adapter's

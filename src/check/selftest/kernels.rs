@@ -162,7 +162,8 @@ impl Check {
                 for scale in [1.0f32, 25.3] {
                     ops_once(gpu, |b| ops::embed(b, &tb, &w, &yb, t, scale)).await?;
                     let got = gpu.read_f32(&yb, t * dim).await?;
-                    let want: Vec<f32> = oracle::embed(&quant::dequantize(format, &table)?, &tokens, dim).iter().map(|v| v * scale).collect();
+                    let want: Vec<f32> =
+                        oracle::embed(&quant::dequantize(format, &table)?, &tokens, dim).iter().map(|v| v * scale).collect();
                     // The GPU computes d·q − m as the oracle does, but may fuse it (an FMA).
                     max_err = max_err.max(compare(&name, "y", &got, &want, |i| 1e-6 + 1e-6 * want[i].abs())?);
                 }

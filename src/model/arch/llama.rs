@@ -3,13 +3,11 @@
 //! grouped-query attention, a SwiGLU feed-forward, and a head tied to the embedding unless the
 //! file has `output.weight`.
 
+use super::Arch;
 use crate::error::Result;
 use crate::model::blocks::Pass;
-use crate::model::config::Rope;
 
-use super::Arch;
-
-pub(crate) const LLAMA: Arch = Arch { name: "llama", rope: Rope::Norm, required: &[], forward };
+pub(crate) const LLAMA: Arch = super::LLAMA_LIKE;
 
 /// llama2.c's `forward()`, a layer at a time.
 pub(super) fn forward(p: &mut Pass<'_, '_>) -> Result<()> {

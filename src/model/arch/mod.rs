@@ -3,6 +3,7 @@
 //! `build_attn`, `build_ffn`). Adding one: its file here, its row in [`ARCHITECTURES`], what its
 //! hyper-parameters need in `Config::from_gguf`, and a test.
 
+mod gemma3;
 mod llama;
 mod qwen2;
 mod qwen3;
@@ -11,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::model::gguf::Gguf;
 
 use super::blocks::Pass;
-use super::config::Rope;
+use super::config::{Act, Rope};
 
 /// An architecture: its `general.architecture` name, how it lays out RoPE, the tensors each
 /// block must have beyond llama's, and its forward pass.
@@ -24,12 +25,33 @@ pub(crate) struct Arch {
     /// llama.cpp refuses it), e.g. Qwen2's `attn_q.bias`. Optional tensors any block may have:
     /// `attn_{q,k,v}.bias`, `attn_{q,k}_norm.weight`.
     pub(crate) required: &'static [&'static str],
+    /// The feed-forward's gate activation.
+    pub(crate) act: Act,
+    /// The embedding is multiplied by √dim (Gemma).
+    pub(crate) embed_scaled: bool,
+    /// Layer `l` is a sliding-window layer unless `(l + 1) % swa_pattern == 0` (0: no sliding
+    /// window); the window is `attention.sliding_window`.
+    pub(crate) swa_pattern: usize,
+    /// The local layers' RoPE base when the file does not say (`rope.freq_base_swa`).
+    pub(crate) swa_rope_base: f64,
     /// Records one forward pass: embedding, blocks, head.
     pub(crate) forward: fn(&mut Pass<'_, '_>) -> Result<()>,
 }
 
+/// Llama's row of the table, for architectures to start from (`..LLAMA_LIKE`).
+pub(crate) const LLAMA_LIKE: Arch = Arch {
+    name: "llama",
+    rope: Rope::Norm,
+    required: &[],
+    act: Act::Silu,
+    embed_scaled: false,
+    swa_pattern: 0,
+    swa_rope_base: 10000.0,
+    forward: llama::forward,
+};
+
 /// Every architecture hotprefix runs.
-pub(crate) const ARCHITECTURES: &[&Arch] = &[&llama::LLAMA, &qwen2::QWEN2, &qwen3::QWEN3];
+pub(crate) const ARCHITECTURES: &[&Arch] = &[&llama::LLAMA, &qwen2::QWEN2, &qwen3::QWEN3, &gemma3::GEMMA3];
 
 /// What the file's architecture uses beyond a plain llama block, as `hotprefix info` names it:
 /// the RoPE layout and scaling, biases, QK-norm, head width, the output head. Read from the
@@ -69,8 +91,22 @@ pub fn features(g: &Gguf) -> Vec<String> {
     if has("attn_q_norm.weight") {
         f.push("QK-norm".into());
     }
+    if has("post_attention_norm.weight") || has("post_ffw_norm.weight") {
+        f.push("post-attention and post-FFN norms".into());
+    }
+    if let Some(a) = known {
+        if a.act == Act::Gelu {
+            f.push("GeGLU feed-forward".into());
+        }
+        if a.embed_scaled {
+            f.push("embedding × √width".into());
+        }
+    }
     if let Some(w) = num("attention.sliding_window") {
-        f.push(format!("sliding window {w}"));
+        match known.map(|a| a.swa_pattern).filter(|p| *p > 0) {
+            Some(p) => f.push(format!("sliding window {w} (every layer but each {p}th)")),
+            None => f.push(format!("sliding window {w}")),
+        }
     }
     let tied = !g.tensors.iter().any(|t| t.name == "output.weight");
     f.push(if tied { "output head tied to the embedding" } else { "untied output head" }.into());

@@ -7,4 +7,4 @@ use crate::model::config::Rope;
 use super::Arch;
 
 pub(crate) const QWEN2: Arch =
-    Arch { name: "qwen2", rope: Rope::Neox, required: &["attn_q.bias", "attn_k.bias", "attn_v.bias"], forward: super::llama::forward };
+    Arch { name: "qwen2", rope: Rope::Neox, required: &["attn_q.bias", "attn_k.bias", "attn_v.bias"], ..super::LLAMA_LIKE };

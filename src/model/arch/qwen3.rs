@@ -8,4 +8,4 @@ use crate::model::config::Rope;
 use super::Arch;
 
 pub(crate) const QWEN3: Arch =
-    Arch { name: "qwen3", rope: Rope::Neox, required: &["attn_q_norm.weight", "attn_k_norm.weight"], forward: super::llama::forward };
+    Arch { name: "qwen3", rope: Rope::Neox, required: &["attn_q_norm.weight", "attn_k_norm.weight"], ..super::LLAMA_LIKE };
