@@ -22,7 +22,7 @@ struct Params {
     t: u32,          // query tokens
     n_head: u32,     // query heads
     n_kv: u32,       // KV heads (divides n_head)
-    hd: u32,         // head dim (multiple of 4, ≤ 128)
+    hd: u32,         // head dim (multiple of 4, ≤ 256)
     page: u32,       // tokens per page
     q_stride: u32,   // floats between token rows of q
     scale: f32,      // usually 1/√hd
@@ -253,7 +253,7 @@ fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
 // same FUSED behaviour as `main`, so `combine` merges them unchanged.
 const CL: u32 = 64u;
 const MAX_SPAN: u32 = 256u;
-var<workgroup> w_q: array<vec4<f32>, 32>;
+var<workgroup> w_q: array<vec4<f32>, 64>; // hd/4 ≤ 64 = CL
 var<workgroup> w_s: array<f32, MAX_SPAN>;
 var<workgroup> w_red: array<vec4<f32>, CL>;
 

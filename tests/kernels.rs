@@ -191,6 +191,8 @@ native: [
     Check::DecodeAttention { past: 0, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 3 },
     Check::DecodeAttention { past: 31, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 5 },
     Check::DecodeAttention { past: 47, n_head: 12, n_kv: 2, head_dim: 128, page: 16, pool: 5 },
+    // Gemma-3's heads: 256 wide, 4 query heads on one KV head.
+    Check::DecodeAttention { past: 600, n_head: 4, n_kv: 1, head_dim: 256, page: 16, pool: 40 },
     Check::DecodeAttention { past: 1500, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 100 },
     Check::DecodeAttention { past: 333, n_head: 4, n_kv: 4, head_dim: 32, page: 8, pool: 50 },
     // Lanes: 3 quads a lane (head dim 96), 4 heads an item; 2 lanes an item (head dim 8).
@@ -199,6 +201,7 @@ native: [
 ],
 browser: [
     Check::DecodeAttention { past: 9, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
+    Check::DecodeAttention { past: 5, n_head: 2, n_kv: 1, head_dim: 256, page: 4, pool: 3 },
     Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 },
 ]);
 
@@ -211,6 +214,7 @@ native: [
     Check::Attention { past: 0, t: 37, n_head: 4, n_kv: 4, head_dim: 32, page: 16, pool: 4 },
     Check::Attention { past: 21, t: 19, n_head: 9, n_kv: 3, head_dim: 64, page: 8, pool: 9 },
     Check::Attention { past: 130, t: 3, n_head: 6, n_kv: 2, head_dim: 128, page: 16, pool: 12 },
+    Check::Attention { past: 40, t: 9, n_head: 4, n_kv: 1, head_dim: 256, page: 16, pool: 5 },
     // Few queries over a long context: split over positions, then combined.
     Check::Attention { past: 300, t: 2, n_head: 3, n_kv: 1, head_dim: 64, page: 16, pool: 20 },
     // Lanes: 3 quads a lane, 4 heads an item; 2 lanes an item; 4 lanes, 1 quad, GQA 3.

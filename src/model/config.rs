@@ -18,7 +18,7 @@ pub struct Config {
     /// Key/value heads: fewer than `n_head` with grouped-query attention, else equal.
     pub n_kv_head: usize,
     /// Width of one head: `attention.key_length`, else `dim / n_head` (a multiple of 4, at most
-    /// 128). Qwen3's heads are wider than `dim / n_head`.
+    /// 256). Qwen3's and Gemma-3's heads are wider than `dim / n_head`.
     pub head_dim: usize,
     /// Dims of each head RoPE rotates (`rope.dimension_count`, else `head_dim`): even, at most
     /// `head_dim`; the rest pass through.
@@ -196,8 +196,8 @@ impl Config {
         if !c.n_head.is_multiple_of(c.n_kv_head) {
             return bad(format!("{} heads must be a multiple of {} KV heads", c.n_head, c.n_kv_head));
         }
-        if !c.head_dim.is_multiple_of(4) || c.head_dim > 128 {
-            return bad(format!("head dim {} (a multiple of 4, at most 128, is supported)", c.head_dim));
+        if !c.head_dim.is_multiple_of(4) || c.head_dim > crate::ops::MAX_HEAD_DIM {
+            return bad(format!("head dim {} (a multiple of 4, at most {}, is supported)", c.head_dim, crate::ops::MAX_HEAD_DIM));
         }
         if c.n_rot == 0 || !c.n_rot.is_multiple_of(2) || c.n_rot > c.head_dim {
             return bad(format!("RoPE over {} of {} dims (an even count, at most the head, is supported)", c.n_rot, c.head_dim));

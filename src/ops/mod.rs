@@ -42,6 +42,9 @@ pub use rope::{rope, rope_table, rope_table_scaled, RopeShape};
 pub use swiglu::{geglu, swiglu};
 pub use topk::{topk, Top, TopkLayout};
 
+/// The widest head the attention kernels take (`coop` holds a query's quads in its 64 lanes).
+pub const MAX_HEAD_DIM: usize = 256;
+
 /// The KV pages of one layer: `[pages, n_kv, page_size, head_dim/2]` u32 each for K and V
 /// (two f16 per word).
 pub struct KvPages {
@@ -55,17 +58,17 @@ pub struct KvPages {
     pub page_size: usize,
     /// KV heads.
     pub n_kv: usize,
-    /// Width of a head (a multiple of 4, at most 128).
+    /// Width of a head (a multiple of 4, at most 256: Gemma-3's heads are 256 wide).
     pub head_dim: usize,
 }
 
 impl KvPages {
     /// Allocates `pages` pages of `page_size` positions of `n_kv` heads of `head_dim`.
     pub async fn new(gpu: &Gpu, pages: usize, page_size: usize, n_kv: usize, head_dim: usize) -> Result<KvPages> {
-        if !head_dim.is_multiple_of(4) || head_dim > 128 || page_size == 0 || n_kv == 0 {
+        if !head_dim.is_multiple_of(4) || head_dim > MAX_HEAD_DIM || page_size == 0 || n_kv == 0 {
             return Err(Error::shape(
                 "kv pages",
-                format!("head_dim {head_dim} (multiple of 4, ≤ 128), page size {page_size}, {n_kv} KV heads"),
+                format!("head_dim {head_dim} (multiple of 4, ≤ {MAX_HEAD_DIM}), page size {page_size}, {n_kv} KV heads"),
             ));
         }
         let bytes = [pages, n_kv, page_size, head_dim, 2].iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64)).ok_or_else(|| {
