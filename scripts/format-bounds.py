@@ -57,7 +57,8 @@ def kl_top(ref_last, ours_last, k=64):
     return float((np.exp(lp) * (lp - (q[ids] - z))).sum())
 
 
-SUBSET = {"smollm2": ["pub-02-python", "pub-05-emoji-whitespace", "pub-08-chat-multiturn"]}
+SUBSET = {"smollm2": ["pub-02-python", "pub-05-emoji-whitespace", "pub-08-chat-multiturn"],
+          "gemma3": ["pub-02-python", "pub-05-emoji-whitespace", "pub-08-chat-multiturn"]}
 
 for stem in sys.argv[1:] or files:
     model = os.path.join(root, "models", SET, stem + ".gguf")

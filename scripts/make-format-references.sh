@@ -22,10 +22,14 @@ PY=$(scripts/peer/venv.sh)
 # PROMPTS=id,id… overrides them (tiny-llama3: the five raw prompts, since make_reference.py renders
 # chat prompts with jinja2 without a bos_token, which Llama-3's template needs).
 PROMPTS=${PROMPTS:-pub-01-prose,pub-02-python,pub-03-numbers-dates,pub-04-chinese,pub-05-emoji-whitespace,pub-06-chat-sky,pub-07-chat-code,pub-08-chat-multiturn,pub-09-chat-math}
+# CHAT_TEMPLATE=NAME renders the chat prompts with llama.cpp's built-in template NAME (a file
+# without a chat template: gemma3-270m-Q4_K_M, CHAT_TEMPLATE=gemma).
+tmpl=()
+[ -z "${CHAT_TEMPLATE:-}" ] || tmpl=(--chat-template "$CHAT_TEMPLATE")
 for f in $STEMS; do
   m=models/$SET/$f.gguf
   out=models/$SET/$f-llamacpp.json.gz
-  "$PY" scripts/peer/make_reference.py "$m" tests/data/reference/prompts-public.json "$out" --prompts "$PROMPTS" \
+  "$PY" scripts/peer/make_reference.py "$m" tests/data/reference/prompts-public.json "$out" --prompts "$PROMPTS" "${tmpl[@]}" \
     --source "scripts/make-$SET.sh: models/$SET/$f.gguf" 2>/dev/null >/dev/null
   "$PY" scripts/peer/tolerances.py "$m" "$out" "tests/data/$SET/$f-tolerances.json" 2>/dev/null >/dev/null
   "$PY" scripts/slim-reference.py "$out" "tests/data/$SET/$f-llamacpp.json"

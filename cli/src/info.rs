@@ -31,6 +31,14 @@ pub fn info(path: &str, json_out: bool) -> Result<()> {
     let name = |id: u32| gguf::ggml_type(id).map_or_else(|| format!("type {id}"), |t| t.name.to_string());
     let verdict = check_model_cpu(&file).map(|_| ()).map_err(|e| e.to_string());
     let features = hotprefix::model::arch::features(&g);
+    let template = match ChatTemplate::for_gguf(&g) {
+        Ok(Some(t)) => match t.builtin() {
+            Some(name) => format!("built-in {name} (the file has none)"),
+            None => "the file's own".to_string(),
+        },
+        Ok(None) => "none (chat requests are refused; raw prompts run)".to_string(),
+        Err(e) => format!("refused: {e}"),
+    };
     if json_out {
         let formats: Vec<_> = formats
             .iter()
@@ -46,6 +54,7 @@ pub fn info(path: &str, json_out: bool) -> Result<()> {
             "context": number("context_length"),
             "tokenizer": text("tokenizer.ggml.model"),
             "pre_tokenizer": text("tokenizer.ggml.pre"),
+            "chat_template": template,
             "runs": verdict.is_ok(),
             "refused": verdict.as_ref().err(),
         });
@@ -62,6 +71,7 @@ pub fn info(path: &str, json_out: bool) -> Result<()> {
     }
     println!("  context        {}", or_none(number("context_length").map(|c| c.to_string())));
     println!("  tokenizer      {} (pre-tokenizer {})", or_none(text("tokenizer.ggml.model")), or_none(text("tokenizer.ggml.pre")));
+    println!("  chat template  {template}");
     match verdict {
         Ok(()) => println!("  runs           yes"),
         Err(e) => println!("  runs           no: {e}"),
@@ -78,10 +88,7 @@ pub fn tokenize(path: &str, prompt: Option<String>, messages: Option<String>) ->
     let tokenizer = Tokenizer::from_gguf(&g)?;
     let ids = match (prompt, messages) {
         (_, Some(m)) => {
-            let template = match g.get("tokenizer.chat_template") {
-                Some(_) => Some(ChatTemplate::from_gguf(&g)?),
-                None => None,
-            };
+            let template = ChatTemplate::for_gguf(&g)?;
             Prompter { template: template.as_ref(), tokenizer: &tokenizer }.encode(&crate::read_messages(&m)?)?.ids
         }
         (Some(p), None) => tokenizer.encode_prompt(&p)?,

@@ -58,3 +58,54 @@ fn a_file_of_a_format_not_run_is_described_and_refused_with_a_reason() {
     assert!(!ok && err.contains("GGUF"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each architecture's tiny model (scripts/make-archs.sh) is described with the features it uses.
+#[test]
+fn each_architecture_names_its_features() {
+    let want: [(&str, &str, &[&str]); 4] = [
+        ("tiny-qwen2.gguf", "qwen2", &["RoPE on halves (NEOX)", "Q/K/V biases", "untied output head"]),
+        ("tiny-qwen3.gguf", "qwen3", &["QK-norm", "heads of 32 (4 × 32 ≠ width 96)", "output head tied to the embedding"]),
+        ("tiny-llama3.gguf", "llama", &["RoPE on adjacent pairs", "RoPE frequency factors (Llama-3 scaling)"]),
+        (
+            "tiny-gemma3.gguf",
+            "gemma3",
+            &["post-attention and post-FFN norms", "GeGLU feed-forward", "sliding window 8 (every layer but each 6th)"],
+        ),
+    ];
+    for (file, arch, features) in want {
+        let path = repo().join("models/archs").join(file);
+        assert!(path.exists(), "missing test data: run scripts/make-archs.sh");
+        let (ok, j, err) = info(&path);
+        assert!(ok, "{err}");
+        assert_eq!(j["architecture"], arch);
+        assert_eq!(j["runs"], true, "{j}");
+        let got: Vec<&str> = j["features"].as_array().expect("features").iter().filter_map(|f| f.as_str()).collect();
+        for f in features {
+            assert!(got.contains(f), "{file}: {f:?} not in {got:?}");
+        }
+    }
+}
+
+/// `hotprefix tokenize` gives llama.cpp's ids: a raw prompt (BOS first on Llama-3) and a chat
+/// rendered through the file's template (tests/data/archs/llama3-tokenizer-vectors.json).
+#[test]
+fn tokenize_gives_llama_cpp_ids() {
+    let model = repo().join("models/archs/tiny-llama3.gguf");
+    assert!(model.exists(), "missing test data: run scripts/make-archs.sh");
+    let data: Json =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("tests/data/archs/llama3-tokenizer-vectors.json")).unwrap()).unwrap();
+    let run = |args: &[&str]| -> Json {
+        let out = Command::new(env!("CARGO_BIN_EXE_hotprefix")).arg("tokenize").arg("--model").arg(&model).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("a JSON array")
+    };
+    for v in data["vectors"].as_array().unwrap().iter().take(20) {
+        assert_eq!(run(&["--prompt", v["text"].as_str().unwrap()]), v["ids_parse_special_false"], "{:?}", v["text"]);
+    }
+    let chat = &data["chats"][0];
+    let file = std::env::temp_dir().join(format!("hotprefix-tokenize-{}.json", std::process::id()));
+    std::fs::write(&file, chat["messages"].to_string()).unwrap();
+    let ids = run(&["--messages", file.to_str().unwrap()]);
+    std::fs::remove_file(&file).ok();
+    assert_eq!(ids, chat["ids"], "{}", chat["id"]);
+}

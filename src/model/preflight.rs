@@ -67,11 +67,7 @@ pub fn check_gguf(g: &Gguf, file: &dyn TensorBytes) -> Result<Checked> {
 /// the file has one.
 pub(crate) fn text_side(g: &Gguf) -> Result<(Tokenizer, Option<ChatTemplate>)> {
     let tokenizer = Tokenizer::from_gguf(g)?;
-    let template = match g.get("tokenizer.chat_template") {
-        Some(_) => Some(ChatTemplate::from_gguf(g)?),
-        None => None,
-    };
-    Ok((tokenizer, template))
+    Ok((tokenizer, ChatTemplate::for_gguf(g)?))
 }
 
 /// The last step: every token id the tokenizer makes must have a row of logits.

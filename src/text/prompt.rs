@@ -74,7 +74,11 @@ impl Prompter<'_> {
                 .ok_or_else(|| Error::Template("the chat template altered a message's field".into()))?;
             let start = ids.len();
             if kind == CONTENT {
-                ids.extend(self.tokenizer.encode_text(&messages[i].content)?);
+                // llama.cpp's built-in templates trim contents (C's isspace).
+                let content = &messages[i].content;
+                let content =
+                    if template.trims_content() { content.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']) } else { content };
+                ids.extend(self.tokenizer.encode_text(content)?);
                 contents[i].get_or_insert(start..ids.len());
             } else {
                 ids.extend(self.tokenizer.encode_text(messages[i].name.as_deref().unwrap_or(""))?);

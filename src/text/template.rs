@@ -113,7 +113,25 @@ pub struct ChatTemplate {
     source: String,
     bos_token: String,
     eos_token: String,
+    /// The llama.cpp built-in template this is, for a file that has none (`"gemma"`).
+    builtin: Option<&'static str>,
 }
+
+/// llama.cpp's built-in `gemma` template (`llm_chat_apply_template`, LLM_CHAT_TEMPLATE_GEMMA) as
+/// Jinja: no system role, so the system messages (trimmed, joined) open the first user turn
+/// followed by a blank line; `assistant` is `model`; every content trimmed. No BOS text: the
+/// tokenizer adds BOS (`add_bos_token`).
+const GEMMA: &str = "{%- set ns = namespace(system='') -%}\
+{%- for message in messages -%}\
+{%- if message['role'] == 'system' -%}{%- set ns.system = ns.system + (message['content'] | trim) -%}\
+{%- else -%}\
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}\
+{{- '<start_of_turn>' + role + '\\n' -}}\
+{%- if ns.system != '' and role != 'model' -%}{{- ns.system + '\\n\\n' -}}{%- set ns.system = '' -%}{%- endif -%}\
+{{- (message['content'] | trim) + '<end_of_turn>\\n' -}}\
+{%- endif -%}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}";
 
 impl ChatTemplate {
     /// Parses the model's `tokenizer.chat_template`; `bos_token`/`eos_token` are the vocabulary
@@ -135,6 +153,34 @@ impl ChatTemplate {
         Self::new(source, &bos, &eos)
     }
 
+    /// The file's own template, or, for a file without one, the llama.cpp built-in template of
+    /// its architecture where one is well known (Gemma's turn format for `gemma`, `gemma2`,
+    /// `gemma3`); `None` otherwise (a chat request is then refused).
+    pub fn for_gguf(g: &Gguf) -> Result<Option<ChatTemplate>> {
+        if g.get("tokenizer.chat_template").is_some() {
+            return Self::from_gguf(g).map(Some);
+        }
+        match g.get("general.architecture").and_then(|v| v.as_str()) {
+            Some("gemma" | "gemma2" | "gemma3") => {
+                let mut t = Self::new(GEMMA, "", "")?;
+                t.builtin = Some("gemma");
+                Ok(Some(t))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The llama.cpp built-in template this is (`"gemma"`), when the file had none of its own.
+    pub fn builtin(&self) -> Option<&'static str> {
+        self.builtin
+    }
+
+    /// Whether the template trims each message's content (llama.cpp's built-in ones do); the
+    /// prompt encoder trims the contents it splices in to match.
+    pub fn trims_content(&self) -> bool {
+        self.builtin.is_some()
+    }
+
     /// Parses a Jinja chat template given directly.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
         let mut env = Environment::new();
@@ -148,7 +194,13 @@ impl ChatTemplate {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("raise_exception: {msg}")))
         });
         env.add_template_owned(NAME, source.to_string()).map_err(|e| jinja_err("chat template does not parse", e))?;
-        Ok(ChatTemplate { env, source: source.to_string(), bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        Ok(ChatTemplate {
+            env,
+            source: source.to_string(),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+            builtin: None,
+        })
     }
 
     /// The template's Jinja source.
