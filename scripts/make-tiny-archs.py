@@ -21,14 +21,18 @@ What each architecture adds (llama.cpp's src/models/*.cpp):
 (A llama file with RoPE over fewer dims than a head is refused by llama.cpp — "invalid n_rot" — so
 no reference can exist for it: hotprefix's partial rotary is checked by the kernel checks alone.)
 
-usage: python make-tiny-archs.py ARCH VOCAB_DIR OUT.gguf [seed]
+With a GGUF file in place of VOCAB_DIR (the default model), its tokenizer.ggml.* fields and chat
+template are copied instead (SmolLM2's 49,152-token vocabulary): the same architecture in a file a
+third the size, for the browser tests (web-<arch>).
+
+usage: python make-tiny-archs.py ARCH VOCAB_DIR|VOCAB.gguf OUT.gguf [seed]
 """
 import json
 import math
 import sys
 
 import numpy as np
-from gguf import GGUFWriter, TokenType
+from gguf import GGUFReader, GGUFValueType, GGUFWriter, TokenType
 
 arch, vocab_dir, out = sys.argv[1:4]
 seed = int(sys.argv[4]) if len(sys.argv) > 4 else 20
@@ -42,33 +46,57 @@ SHAPES = {
 }
 gguf_arch, DIM, LAYERS, HEADS, KV, HD, NROT, FFN, PRE, UNTIED = SHAPES[arch]
 
-tj = json.load(open(f"{vocab_dir}/tokenizer.json", encoding="utf-8"))
-tc = json.load(open(f"{vocab_dir}/tokenizer_config.json", encoding="utf-8"))
-assert tj["model"]["type"] == "BPE", tj["model"]["type"]
-vocab = tj["model"]["vocab"]
-added = {a["id"]: a for a in tj["added_tokens"]}
-n_vocab = max(max(vocab.values()), max(added)) + 1
-rev = {i: t for t, i in vocab.items()}
-tokens, types = [], []
-for i in range(n_vocab):
-    if i in added:
-        tokens.append(added[i]["content"])
-        types.append(TokenType.CONTROL if added[i]["special"] else TokenType.USER_DEFINED)
-    elif i in rev:
-        tokens.append(rev[i])
-        types.append(TokenType.NORMAL)
-    else:
-        tokens.append(f"[PAD{i}]")
-        types.append(TokenType.UNUSED)
-merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
-by_text = {t: i for i, t in enumerate(tokens)}
+def gguf_vocab(path):
+    """tokenizer.ggml.* of a GGUF file: (tokens, types, merges, bos, eos, add_bos, pre, template)."""
+    r = GGUFReader(path)
+
+    def field(name):
+        f = r.fields[name]
+        if f.types[0] == GGUFValueType.ARRAY:
+            if f.types[1] == GGUFValueType.STRING:
+                return [bytes(f.parts[i]).decode("utf-8", errors="surrogateescape") for i in f.data]
+            return [f.parts[i].tolist()[0] for i in f.data]
+        if f.types[0] == GGUFValueType.STRING:
+            return bytes(f.parts[f.data[0]]).decode()
+        return f.parts[f.data[0]].tolist()[0]
+
+    return (field("tokenizer.ggml.tokens"), field("tokenizer.ggml.token_type"), field("tokenizer.ggml.merges"),
+            field("tokenizer.ggml.bos_token_id"), field("tokenizer.ggml.eos_token_id"), bool(field("tokenizer.ggml.add_bos_token")),
+            field("tokenizer.ggml.pre"), field("tokenizer.chat_template"))
 
 
-def special(key):
-    v = tc.get(key)
-    if isinstance(v, dict):
-        v = v.get("content")
-    return by_text.get(v) if v else None
+if vocab_dir.endswith(".gguf"):
+    tokens, types, merges, BOS, EOS, ADD_BOS, PRE, TEMPLATE = gguf_vocab(vocab_dir)
+    n_vocab = len(tokens)
+else:
+    BOS = None
+    tj = json.load(open(f"{vocab_dir}/tokenizer.json", encoding="utf-8"))
+    tc = json.load(open(f"{vocab_dir}/tokenizer_config.json", encoding="utf-8"))
+    assert tj["model"]["type"] == "BPE", tj["model"]["type"]
+    vocab = tj["model"]["vocab"]
+    added = {a["id"]: a for a in tj["added_tokens"]}
+    n_vocab = max(max(vocab.values()), max(added)) + 1
+    rev = {i: t for t, i in vocab.items()}
+    tokens, types = [], []
+    for i in range(n_vocab):
+        if i in added:
+            tokens.append(added[i]["content"])
+            types.append(TokenType.CONTROL if added[i]["special"] else TokenType.USER_DEFINED)
+        elif i in rev:
+            tokens.append(rev[i])
+            types.append(TokenType.NORMAL)
+        else:
+            tokens.append(f"[PAD{i}]")
+            types.append(TokenType.UNUSED)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    by_text = {t: i for i, t in enumerate(tokens)}
+
+
+    def special(key):
+        v = tc.get(key)
+        if isinstance(v, dict):
+            v = v.get("content")
+        return by_text.get(v) if v else None
 
 
 w = GGUFWriter(out, gguf_arch)
@@ -95,7 +123,11 @@ w.add_tokenizer_pre(PRE)
 w.add_token_list(tokens)
 w.add_token_types(types)
 w.add_token_merges(merges)
-if arch == "llama3":
+if BOS is not None:
+    w.add_bos_token_id(BOS)
+    w.add_eos_token_id(EOS)
+    w.add_add_bos_token(ADD_BOS)
+elif arch == "llama3":
     w.add_bos_token_id(by_text["<|begin_of_text|>"])
     w.add_eos_token_id(by_text["<|eot_id|>"])
     w.add_add_bos_token(True)
@@ -105,7 +137,7 @@ else:
     w.add_eos_token_id(special("eos_token"))
     w.add_pad_token_id(special("pad_token"))
     w.add_add_bos_token(False)
-w.add_chat_template(tc["chat_template"])
+w.add_chat_template(TEMPLATE if BOS is not None else tc["chat_template"])
 
 rng = np.random.default_rng(seed)
 

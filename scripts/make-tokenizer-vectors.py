@@ -29,6 +29,23 @@ for v in strings:
     t = v["text"]
     vectors.append({"i": v["i"], "text": t, "ids_parse_special_false": lc.tokenize(t, add_special=True, parse_special=False),
                     "ids_parse_special_true": lc.tokenize(t, add_special=True, parse_special=True)})
+# Beside the 60 strings (whose control-token text is SmolLM2's/ChatML's), strings that exercise
+# a SentencePiece vocabulary's own specials (Gemma-3's control, unknown and user-defined tokens,
+# `</s>` which llama.cpp turns into a control token by its text, literal U+2581, byte fallback,
+# runs of newlines and spaces): "extra" in the output, checked the same way.
+EXTRA = [
+    "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n",
+    "<bos>Hello<eos>", "<start_of_turn><start_of_turn>x<end_of_turn>", "<end_of_turn>text", "<start_of_turn",
+    "Text with </s> and <s> inside", "</s></s>", "<unk> and <pad> and <mask>", "<unused0><unused12> [multimodal]",
+    "<start_of_image><end_of_image><image_soft_token>", "<0x41> looks like a byte token",
+    "literal \u2581\u2581 escape chars \u2581x\u2581", "a\n\n\nb\n\n\n\n\n\nc", "   three leading spaces and trailing   ",
+    "tabs\tand\r\nCRLF\x0bvt\x0cff", "Mixed \u65e5\u672c\u8a9e and emoji \U0001f980\U0001f9d1\U0001f3fd\u200d\U0001f680 with rare \ua66e \U00013000",
+    "\ue000private use\U0010fffd and \x7f\x01 controls",
+    # Runs where one pair can merge at several overlapping places (ties of equal score).
+    "Hmmm... aaaaa!!! ---- ====== ***** ~~~~ lololol zzzz bananas mississippi",
+]
+extra = [{"i": i, "text": t, "ids_parse_special_false": lc.tokenize(t, add_special=True, parse_special=False),
+          "ids_parse_special_true": lc.tokenize(t, add_special=True, parse_special=True)} for i, t in enumerate(EXTRA)]
 tmpl = lc.chat_template()
 env = jinja2.Environment(loader=jinja2.BaseLoader(), trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
 env.globals["raise_exception"] = lambda m: (_ for _ in ()).throw(Exception(m))
@@ -47,5 +64,5 @@ for p in prompts:
                   "ids": lc.tokenize(text, add_special=False, parse_special=True)})
 json.dump({"format": "tokenizer-vectors/v1", "model_file": os.path.basename(model), "model_sha256": sha256_file(model),
            "made_by": "scripts/make-tokenizer-vectors.py (llama.cpp b11739 through scripts/peer/)",
-           "vectors": vectors, "chats": chats}, open(out, "w", encoding="utf-8"), ensure_ascii=False, indent=0)
-print(out, len(vectors), "strings,", len(chats), "chat prompts")
+           "vectors": vectors, "extra": extra, "chats": chats}, open(out, "w", encoding="utf-8"), ensure_ascii=False, indent=0)
+print(out, len(vectors), "strings,", len(extra), "extra strings,", len(chats), "chat prompts")

@@ -1,8 +1,17 @@
-//! The model's own tokenizer, built from GGUF metadata (never from a `tokenizer.json`).
+//! The model's own tokenizer, built from GGUF metadata (never from a `tokenizer.json`), matching
+//! llama.cpp's tokenization exactly. Two families:
 //!
-//! `tokenizer.ggml.model = "gpt2"` is byte-level BPE: the vocabulary is `tokenizer.ggml.tokens`
-//! (strings in the GPT-2 byte alphabet, `Ġ` = space), the merge ranks are `tokenizer.ggml.merges`,
-//! and `tokenizer.ggml.pre` names the pre-tokenizer. The BPE itself runs in the `tokenizers` crate.
+//! - `tokenizer.ggml.model = "gpt2"` is byte-level BPE: the vocabulary is `tokenizer.ggml.tokens`
+//!   (strings in the GPT-2 byte alphabet, `Ġ` = space), the merge ranks are
+//!   `tokenizer.ggml.merges`, and `tokenizer.ggml.pre` names the pre-tokenizer. The BPE itself runs
+//!   in the `tokenizers` crate.
+//! - `tokenizer.ggml.model = "llama"` is SentencePiece (llama.cpp's SPM: Llama-2, Gemma, Phi-3…):
+//!   the vocabulary has `▁` (U+2581) for a space and a score per token (`tokenizer.ggml.scores`),
+//!   and [`Spm`] tokenizes it. That is written here by hand after llama.cpp's
+//!   `llm_tokenizer_spm_session` (src/llama-vocab.cpp), not taken from the `tokenizers` crate:
+//!   its Unigram model is a Viterbi search for the best-scoring segmentation, while llama.cpp
+//!   greedily merges the adjacent pair with the best-scoring concatenation, and the two differ on
+//!   some inputs.
 //!
 //! Two encodings exist, and mixing them up is a prompt-injection hole:
 //! - [`Tokenizer::encode_text`] is for anything a user typed: control-token text such as
@@ -11,12 +20,15 @@
 //! - [`Tokenizer::encode_with_special`] is for a rendered chat template, whose own markers must
 //!   become control tokens (llama.cpp's `parse_special = true`).
 //!
-//! `tokenizers` 0.22 decides this per tokenizer instance (`set_encode_special_tokens(true)` makes
-//! its added-vocabulary pass skip special tokens, so their text reaches the BPE as plain text), so
-//! [`Tokenizer`] holds two otherwise identical instances, one per mode.
+//! For BPE, `tokenizers` 0.22 decides this per tokenizer instance (`set_encode_special_tokens(true)`
+//! makes its added-vocabulary pass skip special tokens, so their text reaches the BPE as plain
+//! text), so [`Tokenizer`] holds two otherwise identical instances, one per mode. For SPM the split
+//! around special tokens is [`Specials`], llama.cpp's `tokenizer_st_partition`.
 
-use std::collections::HashMap;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
 
+use aho_corasick::AhoCorasick;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
@@ -30,38 +42,58 @@ use crate::error::{Error, Result};
 use crate::model::gguf::{Gguf, Value};
 
 /// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
-const TYPE_NORMAL: u64 = 1;
-const TYPE_UNKNOWN: u64 = 2;
-const TYPE_CONTROL: u64 = 3;
-const TYPE_USER_DEFINED: u64 = 4;
+const TYPE_NORMAL: u8 = 1;
+const TYPE_UNKNOWN: u8 = 2;
+const TYPE_CONTROL: u8 = 3;
+const TYPE_USER_DEFINED: u8 = 4;
+const TYPE_BYTE: u8 = 6;
+
+/// SentencePiece's escaped space, `▁`.
+const SPM_SPACE: char = '\u{2581}';
 
 fn err(msg: impl Into<String>) -> Error {
     Error::Tokenizer(msg.into())
 }
 
-/// Byte-level BPE tokenizer of a GGUF model, matching llama.cpp's tokenization exactly.
+/// A GGUF model's tokenizer (byte-level BPE or SentencePiece), matching llama.cpp's tokenization
+/// exactly.
 #[derive(Clone)]
 pub struct Tokenizer {
-    /// Control-token text is plain text (`set_encode_special_tokens(true)`).
-    plain: tokenizers::Tokenizer,
-    /// Control-token text becomes the control token.
-    special: tokenizers::Tokenizer,
+    model: Model,
     /// The bytes each token stands for: `bytes[offsets[i]..offsets[i + 1]]`.
     bytes: Vec<u8>,
     offsets: Vec<usize>,
+    /// Token types after llama.cpp's fix-ups by text ([`llama_cpp_type_fixups`]).
     types: Vec<u8>,
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
+    add_eos: bool,
+}
+
+#[derive(Clone)]
+enum Model {
+    Bpe(Box<Bpe>),
+    Spm(Box<Spm>),
+}
+
+/// Byte-level BPE in the `tokenizers` crate, one instance per special-token mode.
+#[derive(Clone)]
+struct Bpe {
+    /// Control-token text is plain text (`set_encode_special_tokens(true)`).
+    plain: tokenizers::Tokenizer,
+    /// Control-token text becomes the control token.
+    special: tokenizers::Tokenizer,
 }
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer")
-            .field("vocab_size", &self.vocab_size())
-            .field("bos", &self.bos)
-            .field("eos", &self.eos)
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("Tokenizer");
+        match &self.model {
+            Model::Bpe(_) => d.field("family", &"byte-level BPE"),
+            Model::Spm(s) => d.field("family", &"SentencePiece").field("unk", &s.unk).field("add_space_prefix", &s.add_space_prefix),
+        };
+        d.field("vocab_size", &self.vocab_size()).field("bos", &self.bos).field("eos", &self.eos).finish_non_exhaustive()
     }
 }
 
@@ -128,39 +160,458 @@ fn optional_id(g: &Gguf, key: &str, n: usize) -> Result<Option<u32>> {
     }
 }
 
+/// A boolean key, `default` when absent.
+fn optional_bool(g: &Gguf, key: &str, default: bool) -> Result<bool> {
+    match g.get(key) {
+        None => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(v) => Err(err(format!("{key} = {v:?} is not a boolean"))),
+    }
+}
+
+/// `tokenizer.ggml.tokens` and `tokenizer.ggml.token_type`, as llama.cpp loads them: an empty
+/// token becomes `[EMPTY_<id>]`, a token twice is refused (llama.cpp asserts), a missing type
+/// table means all-normal; then llama.cpp's fix-ups of the types by text.
+fn read_vocab(g: &Gguf) -> Result<(Vec<String>, Vec<u8>)> {
+    let tokens = g.array("tokenizer.ggml.tokens").map_err(|e| err(e.to_string()))?;
+    let n = tokens.len();
+    if n == 0 || u32::try_from(n).is_err() {
+        return Err(err(format!("vocabulary of {n} tokens")));
+    }
+    let tokens: Vec<String> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_str() {
+            Some("") => Ok(format!("[EMPTY_{i}]")),
+            Some(s) => Ok(s.to_string()),
+            None => Err(err(format!("token {i} is {v:?}, not a string"))),
+        })
+        .collect::<Result<_>>()?;
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(n);
+    for (i, t) in tokens.iter().enumerate() {
+        if let Some(first) = seen.insert(t, i) {
+            return Err(err(format!("duplicate token in the vocabulary: {t:?} has ids {first} and {i}")));
+        }
+    }
+    let mut types: Vec<u8> = match g.get("tokenizer.ggml.token_type") {
+        // llama.cpp treats a missing type table as all-normal.
+        None => vec![TYPE_NORMAL; n],
+        Some(Value::Array(a)) if a.len() == n => a
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v.as_u64().and_then(crate::model::gguf::fit::<u8>) {
+                Some(t @ 0..=6) => Ok(t),
+                _ => Err(err(format!("token {i} has type {v:?} (0 to 6 expected)"))),
+            })
+            .collect::<Result<_>>()?,
+        Some(v) => return Err(err(format!("tokenizer.ggml.token_type is not an array of {n} integers: {v:?}"))),
+    };
+    llama_cpp_type_fixups(g, &|t| seen.get(t).copied(), &mut types);
+    Ok((tokens, types))
+}
+
+/// End-of-generation texts llama.cpp (b11739) makes control tokens whatever their type.
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+
+/// Fill-in-the-middle texts, by kind, with the keys that name that kind's token instead.
+const FIM_TEXTS: &[(&[&str], &[&str])] = &[
+    (
+        &["tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"],
+        &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"],
+    ),
+    (
+        &["tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"],
+        &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"],
+    ),
+    (
+        &["tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"],
+        &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"],
+    ),
+    (&["tokenizer.ggml.fim_pad_token_id"], &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"]),
+    (&["tokenizer.ggml.fim_rep_token_id"], &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"]),
+    (&["tokenizer.ggml.fim_sep_token_id"], &["<|file_sep|>"]),
+];
+
+/// llama.cpp changes some tokens' types by their text when it loads a vocabulary, before anything
+/// is tokenized (`llama_vocab::impl::load`, b11739; checked against it token by token):
+/// - the end-of-generation texts ([`EOG_TEXTS`]) become control tokens (its end-of-turn and
+///   end-of-message searches only pick from these);
+/// - for each fill-in-the-middle kind whose id no key names, the first token with one of its
+///   texts becomes a control token (llama.cpp takes the first in its hash map's order, here the
+///   lowest id: they differ only for a vocabulary with two such texts of one kind);
+/// - gpt-oss's `<|channel|>`, `<|message|>`, `<|start|>`, `<|constrain|>` become user-defined;
+/// - `<|end|>` becomes user-defined beside `<|call|>` or `<|calls|>` and either `<|return|>` or
+///   `<|flush|>` (gpt-oss, Solar); `</s>` becomes normal beside `<|tool_response>` (Gemma-4).
+///
+/// A control flag added to another type acts as a control token everywhere hotprefix looks (the
+/// special-token split, the bytes of a token, [`Tokenizer::is_control`]), so the type is set.
+fn llama_cpp_type_fixups(g: &Gguf, id: &dyn Fn(&str) -> Option<usize>, types: &mut [u8]) {
+    let n = types.len();
+    for (keys, texts) in FIM_TEXTS {
+        if keys.iter().any(|k| g.get(k).and_then(|v| token_index(v, n)).is_some()) {
+            continue;
+        }
+        if let Some(i) = texts.iter().filter_map(|t| id(t)).min() {
+            types[i] = TYPE_CONTROL;
+        }
+    }
+    for t in EOG_TEXTS {
+        if let Some(i) = id(t) {
+            types[i] = TYPE_CONTROL;
+        }
+    }
+    for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+        if let Some(i) = id(t) {
+            types[i] = TYPE_USER_DEFINED;
+        }
+    }
+    let has = |t: &str| id(t).is_some();
+    let call = has("<|call|>") || has("<|calls|>");
+    if let (Some(end), true) = (id("<|end|>"), call && (has("<|return|>") || has("<|flush|>"))) {
+        types[end] = TYPE_USER_DEFINED;
+    }
+    if let (Some(s), true) = (id("</s>"), has("<|tool_response>")) {
+        types[s] = TYPE_NORMAL;
+    }
+}
+
+/// llama.cpp's `lstrip`/`rstrip` token attributes, which no GGUF key carries: llama.cpp sets them
+/// by the model's name (`general.name`), pre-tokenizer or architecture. Only the SentencePiece
+/// special-token split honours them here (see [`Specials`]). `(lstrip, rstrip)` per token.
+fn llama_cpp_strip_attributes(g: &Gguf, id: &dyn Fn(&str) -> Option<usize>, types: &[u8]) -> Vec<(bool, bool)> {
+    let mut strip = vec![(false, false); types.len()];
+    let key = |k: &str| g.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let (name, pre, arch) = (key("general.name").to_lowercase(), key("tokenizer.ggml.pre"), key("general.architecture"));
+    let any = |s: &str, subs: &[&str]| subs.iter().any(|x| s.contains(x));
+    // (token, lstrip, value): llama.cpp's `_set_token_attr` calls, in order.
+    let mut sets: Vec<(&str, bool, bool)> = Vec::new();
+    if any(&pre, &["jina-v2-de", "jina-v2-es", "jina-v2-code"]) || any(&arch, &["nomic-bert-moe", "jina-bert-v3"]) {
+        sets.push(("<mask>", true, true));
+    } else if any(&name, &["phi-3", "phi3"]) {
+        for (s, &ty) in strip.iter_mut().zip(types) {
+            if matches!(ty, TYPE_CONTROL | TYPE_USER_DEFINED | TYPE_UNKNOWN) {
+                s.1 = true;
+            }
+        }
+        sets.extend([("</s>", false, true), ("<unk>", false, false), ("<s>", false, false), ("<|endoftext|>", false, false)]);
+    } else if name.contains("modern-bert") {
+        sets.push(("[MASK]", true, true));
+    }
+    for (t, left, value) in sets {
+        if let Some(s) = id(t).and_then(|i| strip.get_mut(i)) {
+            if left {
+                s.0 = value;
+            } else {
+                s.1 = value;
+            }
+        }
+    }
+    strip
+}
+
+/// One token of llama.cpp's special-token cache.
+#[derive(Clone, Debug)]
+struct Special {
+    id: u32,
+    text: Box<str>,
+    /// Control or unknown: recognised only when parsing specials. (User-defined tokens always.)
+    only_when_special: bool,
+    lstrip: bool,
+    rstrip: bool,
+}
+
+/// A piece of text after the special-token split: text still to tokenize, or a token.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fragment<'a> {
+    Text(&'a str),
+    Token(u32),
+}
+
+/// llama.cpp's special-token split (`tokenizer_st_partition`): the control, unknown and
+/// user-defined tokens, longest text first; for each in turn, every occurrence in every
+/// text fragment left so far, left to right, becomes that token. So a longer token always wins
+/// over a shorter one wherever they overlap (not leftmost-longest). Control and unknown tokens
+/// count only when parsing specials; user-defined ones always. `lstrip`/`rstrip` drop the C
+/// `isspace` bytes before/after the token. llama.cpp's `std::sort` leaves tokens of equal length
+/// in no set order; here they go by id (they can only compete for overlapping occurrences).
+#[derive(Clone)]
+struct Specials {
+    tokens: Vec<Special>,
+    /// Every token's text (pattern i is `tokens[i]`), to skip the tokens a text lacks.
+    finder: Option<AhoCorasick>,
+}
+
+/// C's `isspace` in the "C" locale, on the bytes llama.cpp strips.
+fn is_c_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
+}
+
+impl Specials {
+    fn new(tokens: &[String], types: &[u8], strip: &[(bool, bool)]) -> Result<Specials> {
+        let mut specials: Vec<Special> = tokens
+            .iter()
+            .zip(types)
+            .zip(strip)
+            .zip(0u32..)
+            .filter(|(((_, &ty), _), _)| matches!(ty, TYPE_CONTROL | TYPE_UNKNOWN | TYPE_USER_DEFINED))
+            .map(|(((t, &ty), &(lstrip, rstrip)), id)| Special {
+                id,
+                text: t.as_str().into(),
+                only_when_special: ty != TYPE_USER_DEFINED,
+                lstrip,
+                rstrip,
+            })
+            .collect();
+        // Stable: equal lengths stay in id order.
+        specials.sort_by_key(|s| std::cmp::Reverse(s.text.len()));
+        let finder = if specials.is_empty() {
+            None
+        } else {
+            let f =
+                AhoCorasick::new(specials.iter().map(|s| s.text.as_bytes())).map_err(|e| err(format!("the special-token matcher: {e}")))?;
+            Some(f)
+        };
+        Ok(Specials { tokens: specials, finder })
+    }
+
+    fn split<'a>(&self, text: &'a str, parse_special: bool) -> Result<Vec<Fragment<'a>>> {
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut fragments = vec![Fragment::Text(text)];
+        let Some(finder) = &self.finder else { return Ok(fragments) };
+        // A token absent from the whole text is absent from every fragment of it.
+        let mut present = vec![false; self.tokens.len()];
+        for m in finder.try_find_overlapping_iter(text).map_err(|e| err(format!("the special-token matcher: {e}")))? {
+            present[m.pattern().as_usize()] = true;
+        }
+        for (special, _) in self.tokens.iter().zip(&present).filter(|(s, &p)| p && (parse_special || !s.only_when_special)) {
+            let mut next = Vec::with_capacity(fragments.len() + 2);
+            for f in fragments {
+                match f {
+                    Fragment::Text(t) => Self::split_on(t, special, &mut next),
+                    token => next.push(token),
+                }
+            }
+            fragments = next;
+        }
+        Ok(fragments)
+    }
+
+    /// Every occurrence of `special` in `text`, left to right, as llama.cpp's loop finds them
+    /// (after an rstrip, the search goes on past the stripped spaces).
+    fn split_on<'a>(mut text: &'a str, special: &Special, out: &mut Vec<Fragment<'a>>) {
+        while let Some(at) = text.find(&*special.text) {
+            let (left, right) = (&text[..at], &text[at + special.text.len()..]);
+            let left = if special.lstrip { left.trim_end_matches(is_c_space) } else { left };
+            if !left.is_empty() {
+                out.push(Fragment::Text(left));
+            }
+            out.push(Fragment::Token(special.id));
+            text = if special.rstrip { right.trim_start_matches(is_c_space) } else { right };
+        }
+        if !text.is_empty() {
+            out.push(Fragment::Text(text));
+        }
+    }
+}
+
+/// SentencePiece as llama.cpp runs it (`llm_tokenizer_spm_session`, `tokenize_impl`).
+#[derive(Clone)]
+struct Spm {
+    /// Every token's text → its id (llama.cpp's `text_to_token` looks up all types alike).
+    ids: HashMap<Box<str>, u32>,
+    scores: Vec<f32>,
+    /// The token of each byte for byte fallback: `<0xXX>`, else the byte itself as a token.
+    byte_ids: Vec<Option<u32>>,
+    specials: Specials,
+    /// `tokenizer.ggml.add_space_prefix` (llama.cpp's default for SPM: true): a space before the
+    /// text at the start and after each special token.
+    add_space_prefix: bool,
+    unk: Option<u32>,
+}
+
+/// A candidate merge of two adjacent symbols (llama.cpp's `llm_bigram_spm`).
+#[derive(Clone, Copy, Debug)]
+struct Bigram {
+    score: f32,
+    left: usize,
+    right: usize,
+    size: usize,
+}
+
+/// Max-heap order: the best score first; among equal scores the leftmost (llama.cpp's
+/// comparator: `l.score < r.score || (l.score == r.score && l.left > r.left)`).
+impl Ord for Bigram {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Scores are never NaN (refused at load).
+        self.score.partial_cmp(&other.score).unwrap_or(Ordering::Equal).then_with(|| other.left.cmp(&self.left))
+    }
+}
+
+impl PartialOrd for Bigram {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Bigram {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Bigram {}
+
+/// A symbol of the merge: `text[start..start + len]`, in a linked list (`len == 0`: merged away).
+#[derive(Clone, Copy, Debug)]
+struct Symbol {
+    start: usize,
+    len: usize,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+impl Spm {
+    /// `parse_special`: llama.cpp's flag. Adds no BOS.
+    fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        // llama.cpp: "prefix with space if first token", and after each special token.
+        let mut prev_special = true;
+        for fragment in self.specials.split(text, parse_special)? {
+            match fragment {
+                Fragment::Text(t) => {
+                    let mut s = String::with_capacity(t.len() + 1);
+                    if self.add_space_prefix && prev_special {
+                        s.push(' ');
+                    }
+                    s.push_str(t);
+                    self.merge(&s.replace(' ', "\u{2581}"), &mut out)?;
+                    prev_special = false;
+                }
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// llama.cpp's `llm_tokenizer_spm_session::tokenize` on one escaped text fragment: start from
+    /// its UTF-8 characters, merge the best-scoring adjacent pair that is a token while one is,
+    /// then emit each symbol's token, or its bytes' tokens where it is none (a symbol that is not
+    /// a token is always a single character, so llama.cpp's `rev_merge` re-split never applies).
+    fn merge(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
+        let mut symbols: Vec<Symbol> = text
+            .char_indices()
+            .enumerate()
+            .map(|(i, (start, c))| Symbol { start, len: c.len_utf8(), prev: i.checked_sub(1), next: Some(i + 1) })
+            .collect();
+        if let Some(last) = symbols.last_mut() {
+            last.next = None;
+        }
+        let mut queue = BinaryHeap::new();
+        let piece = |s: &[Symbol], at: usize, len: usize| text.get(s[at].start..s[at].start + len);
+        let bigram = |s: &[Symbol], left: usize, right: usize, queue: &mut BinaryHeap<Bigram>| {
+            let size = s[left].len + s[right].len;
+            if let Some(&id) = piece(s, left, size).and_then(|t| self.ids.get(t)) {
+                queue.push(Bigram { score: self.scores[id as usize], left, right, size });
+            }
+        };
+        for i in 1..symbols.len() {
+            bigram(&symbols, i - 1, i, &mut queue);
+        }
+        while let Some(b) = queue.pop() {
+            let (left, right) = (symbols[b.left], symbols[b.right]);
+            // One of them was merged since: stale.
+            if left.len == 0 || right.len == 0 || left.len + right.len != b.size {
+                continue;
+            }
+            symbols[b.left].len += right.len;
+            symbols[b.right].len = 0;
+            symbols[b.left].next = right.next;
+            if let Some(next) = right.next {
+                symbols[next].prev = Some(b.left);
+            }
+            if let Some(prev) = left.prev {
+                bigram(&symbols, prev, b.left, &mut queue);
+            }
+            if let Some(next) = right.next {
+                bigram(&symbols, b.left, next, &mut queue);
+            }
+        }
+        let mut at = if symbols.is_empty() { None } else { Some(0) };
+        while let Some(i) = at {
+            let s = symbols[i];
+            let t = piece(&symbols, i, s.len).ok_or_else(|| err("SentencePiece merge left a symbol off a character boundary"))?;
+            match self.ids.get(t) {
+                Some(&id) => out.push(id),
+                None => {
+                    for b in t.bytes() {
+                        let id = self.byte_ids[b as usize].ok_or_else(|| {
+                            err(format!("{t:?} is not in the vocabulary, and neither is the byte token <0x{b:02X}> to spell it"))
+                        })?;
+                        out.push(id);
+                    }
+                }
+            }
+            at = s.next;
+        }
+        Ok(())
+    }
+}
+
+/// The byte a `<0xXX>` token stands for.
+fn byte_token(t: &str) -> Option<u8> {
+    let hex = t.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
 impl Tokenizer {
     /// Builds the tokenizer from a model's `tokenizer.ggml.*` metadata.
     pub fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
         let model = g.str("tokenizer.ggml.model").map_err(|e| err(e.to_string()))?;
-        if model != "gpt2" {
-            return Err(err(format!("tokenizer.ggml.model = {model:?} is not supported (only \"gpt2\", byte-level BPE)")));
+        match model {
+            "gpt2" => Self::bpe(g),
+            "llama" => Self::spm(g),
+            other => Err(err(format!(
+                "tokenizer.ggml.model = {other:?} is not supported (only \"gpt2\", byte-level BPE, and \"llama\", SentencePiece)"
+            ))),
         }
+    }
+
+    fn bpe(g: &Gguf) -> Result<Tokenizer> {
         let pre = g.str("tokenizer.ggml.pre").map_err(|e| err(e.to_string()))?;
         let pre = pre_tokenizer(pre)?;
-
-        let tokens = g.array("tokenizer.ggml.tokens").map_err(|e| err(e.to_string()))?;
+        let (tokens, types) = read_vocab(g)?;
         let n = tokens.len();
-        if n == 0 || u32::try_from(n).is_err() {
-            return Err(err(format!("vocabulary of {n} tokens")));
-        }
-        let tokens: Vec<&str> = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, v)| v.as_str().ok_or_else(|| err(format!("token {i} is {v:?}, not a string"))))
-            .collect::<Result<_>>()?;
-        let types: Vec<u8> = match g.get("tokenizer.ggml.token_type") {
-            // llama.cpp treats a missing type table as all-normal.
-            None => vec![TYPE_NORMAL as u8; n],
-            Some(Value::Array(a)) if a.len() == n => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v.as_u64().and_then(crate::model::gguf::fit::<u8>) {
-                    Some(t @ 0..=6) => Ok(t),
-                    _ => Err(err(format!("token {i} has type {v:?} (0 to 6 expected)"))),
-                })
-                .collect::<Result<_>>()?,
-            Some(v) => return Err(err(format!("tokenizer.ggml.token_type is not an array of {n} integers: {v:?}"))),
-        };
         let merges = g.array("tokenizer.ggml.merges").map_err(|e| err(e.to_string()))?;
         let merges: Vec<(String, String)> = merges
             .iter()
@@ -176,8 +627,8 @@ impl Tokenizer {
             })
             .collect::<Result<_>>()?;
 
-        // n fits in u32 (checked above), so every index does.
-        let vocab: Vocab = tokens.iter().zip(0u32..).map(|(t, i)| (t.to_string(), i)).collect();
+        // n fits in u32 (checked by read_vocab), so every index does.
+        let vocab: Vocab = tokens.iter().zip(0u32..).map(|(t, i)| (t.clone(), i)).collect();
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .ignore_merges(false)
@@ -191,7 +642,7 @@ impl Tokenizer {
         let added: Vec<AddedToken> = tokens
             .iter()
             .zip(&types)
-            .filter_map(|(t, &ty)| match ty as u64 {
+            .filter_map(|(t, &ty)| match ty {
                 TYPE_CONTROL | TYPE_UNKNOWN => Some(AddedToken::from(t.to_string(), true)),
                 TYPE_USER_DEFINED => Some(AddedToken::from(t.to_string(), false).normalized(false)),
                 _ => None,
@@ -207,7 +658,7 @@ impl Tokenizer {
         let mut offsets = Vec::with_capacity(n + 1);
         offsets.push(0);
         for (t, &ty) in tokens.iter().zip(&types) {
-            if matches!(ty as u64, TYPE_CONTROL | TYPE_UNKNOWN | TYPE_USER_DEFINED) {
+            if matches!(ty, TYPE_CONTROL | TYPE_UNKNOWN | TYPE_USER_DEFINED) {
                 // Stored as their text, not in the byte alphabet.
                 bytes.extend_from_slice(t.as_bytes());
             } else {
@@ -221,46 +672,132 @@ impl Tokenizer {
             }
             offsets.push(bytes.len());
         }
-        let add_bos = matches!(g.get("tokenizer.ggml.add_bos_token"), Some(Value::Bool(true)));
         Ok(Tokenizer {
-            plain,
-            special,
+            model: Model::Bpe(Box::new(Bpe { plain, special })),
             bytes,
             offsets,
             types,
             bos: optional_id(g, "tokenizer.ggml.bos_token_id", n)?,
             eos: optional_id(g, "tokenizer.ggml.eos_token_id", n)?,
+            add_bos: matches!(g.get("tokenizer.ggml.add_bos_token"), Some(Value::Bool(true))),
+            add_eos: matches!(g.get("tokenizer.ggml.add_eos_token"), Some(Value::Bool(true))),
+        })
+    }
+
+    /// SentencePiece (llama.cpp's `LLAMA_VOCAB_TYPE_SPM`). `tokenizer.ggml.pre` is not read:
+    /// llama.cpp ignores it for this family (Gemma's files say "default").
+    fn spm(g: &Gguf) -> Result<Tokenizer> {
+        let (tokens, types) = read_vocab(g)?;
+        let n = tokens.len();
+        // llama.cpp takes a missing score table as all zeros, which turns the merge into
+        // leftmost-first: never what a SentencePiece model was trained with, so refused here.
+        let scores: Vec<f32> = match g.get("tokenizer.ggml.scores") {
+            None => return Err(err("tokenizer.ggml.scores is missing: a SentencePiece vocabulary needs a score per token")),
+            Some(Value::Array(a)) if a.len() == n => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match *v {
+                    Value::F32(s) if !s.is_nan() => Ok(s),
+                    Value::I32(s) => Ok(s as f32),
+                    _ => Err(err(format!("tokenizer.ggml.scores[{i}] is {v:?}, not a 32-bit float"))),
+                })
+                .collect::<Result<_>>()?,
+            Some(Value::Array(a)) => {
+                return Err(err(format!("tokenizer.ggml.scores has {} entries for a vocabulary of {n} tokens", a.len())))
+            }
+            Some(v) => return Err(err(format!("tokenizer.ggml.scores is not an array of {n} floats: {v:?}"))),
+        };
+        let ids: HashMap<Box<str>, u32> = tokens.iter().zip(0u32..).map(|(t, i)| (t.as_str().into(), i)).collect();
+        let strip = llama_cpp_strip_attributes(g, &|t| ids.get(t).map(|&i| i as usize), &types);
+        let specials = Specials::new(&tokens, &types, &strip)?;
+        // llama.cpp's `byte_to_token`: `<0xXX>` (upper-case hex), else the byte itself.
+        let byte_ids: Vec<Option<u32>> = (0..=255u8)
+            .map(|b| {
+                let own = b.is_ascii().then(|| char::from(b).to_string());
+                ids.get(format!("<0x{b:02X}>").as_str()).or_else(|| own.and_then(|s| ids.get(s.as_str()))).copied()
+            })
+            .collect();
+
+        // What llama.cpp's `token_to_piece` gives with `special = true`.
+        let mut bytes = Vec::new();
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0);
+        for (i, (t, &ty)) in tokens.iter().zip(&types).enumerate() {
+            match ty {
+                TYPE_CONTROL | TYPE_UNKNOWN | TYPE_USER_DEFINED => bytes.extend_from_slice(t.as_bytes()),
+                TYPE_NORMAL => bytes.extend_from_slice(t.replace(SPM_SPACE, " ").as_bytes()),
+                TYPE_BYTE => match byte_token(t) {
+                    Some(b) => bytes.push(b),
+                    None => return Err(err(format!("token {i} {t:?} has the byte type but is not <0xXX>"))),
+                },
+                // Unused and undefined tokens: nothing.
+                _ => {}
+            }
+            offsets.push(bytes.len());
+        }
+
+        // llama.cpp's SPM defaults: BOS 1, EOS 2, UNK 0, BOS added, EOS not, a space prefix.
+        let default = |id: u32| Some(id).filter(|&i| (i as usize) < n);
+        let bos = optional_id(g, "tokenizer.ggml.bos_token_id", n)?.or(default(1));
+        let eos = optional_id(g, "tokenizer.ggml.eos_token_id", n)?.or(default(2));
+        let unk = optional_id(g, "tokenizer.ggml.unknown_token_id", n)?.or(default(0));
+        let add_bos = optional_bool(g, "tokenizer.ggml.add_bos_token", true)?;
+        let add_eos = optional_bool(g, "tokenizer.ggml.add_eos_token", false)?;
+        if add_bos && bos.is_none() {
+            return Err(err("tokenizer.ggml.add_bos_token is true, but there is no BOS token (tokenizer.ggml.bos_token_id)"));
+        }
+        if add_eos && eos.is_none() {
+            return Err(err("tokenizer.ggml.add_eos_token is true, but there is no EOS token (tokenizer.ggml.eos_token_id)"));
+        }
+        let add_space_prefix = optional_bool(g, "tokenizer.ggml.add_space_prefix", true)?;
+        Ok(Tokenizer {
+            model: Model::Spm(Box::new(Spm { ids, scores, byte_ids, specials, add_space_prefix, unk })),
+            bytes,
+            offsets,
+            types,
+            bos,
+            eos,
             add_bos,
+            add_eos,
         })
     }
 
     /// Encodes user text: control-token text (`<|im_start|>`, `<|im_end|>`…) stays ordinary text
     /// and never yields a control id. Use this for anything a user typed. Adds no BOS.
     pub fn encode_text(&self, text: &str) -> Result<Vec<u32>> {
-        Self::encode(&self.plain, text)
+        self.encode(text, false)
     }
 
     /// A raw prompt as llama.cpp tokenizes one (`add_special`): BOS first when the model asks for
-    /// it (`tokenizer.ggml.add_bos_token`), then the text as [`Self::encode_text`] encodes it.
+    /// it (`tokenizer.ggml.add_bos_token`), then the text as [`Self::encode_text`] encodes it, then
+    /// EOS when the model asks for that (`tokenizer.ggml.add_eos_token`, rare).
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
         let mut ids: Vec<u32> = self.bos.filter(|_| self.add_bos).into_iter().collect();
         ids.extend(self.encode_text(text)?);
+        ids.extend(self.eos.filter(|_| self.add_eos));
         Ok(ids)
     }
 
     /// Encodes text whose control-token markers are meant as control tokens: a rendered chat
     /// template. Never use it on raw user input. Adds no BOS.
     pub fn encode_with_special(&self, text: &str) -> Result<Vec<u32>> {
-        Self::encode(&self.special, text)
+        self.encode(text, true)
     }
 
-    fn encode(t: &tokenizers::Tokenizer, text: &str) -> Result<Vec<u32>> {
-        let enc = t.encode_fast(text, false).map_err(|e| err(format!("encoding failed: {e}")))?;
-        Ok(enc.get_ids().to_vec())
+    fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        match &self.model {
+            Model::Bpe(b) => {
+                let t = if parse_special { &b.special } else { &b.plain };
+                let enc = t.encode_fast(text, false).map_err(|e| err(format!("encoding failed: {e}")))?;
+                Ok(enc.get_ids().to_vec())
+            }
+            Model::Spm(s) => s.encode(text, parse_special),
+        }
     }
 
     /// Decodes ids to text: the concatenated [`Tokenizer::token_bytes`] (control tokens as their
-    /// text), with invalid UTF-8 replaced by U+FFFD. An id past the vocabulary is an error.
+    /// text), with invalid UTF-8 replaced by U+FFFD. An id past the vocabulary is an error. (A
+    /// SentencePiece space prefix stays: llama.cpp's `detokenize` drops it, this does not.)
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         let mut out = Vec::new();
         for &id in ids {
@@ -276,29 +813,38 @@ impl Tokenizer {
         self.bytes.get(start..end)
     }
 
-    /// The raw bytes token `id` stands for (possibly part of a UTF-8 character); control tokens
-    /// give their text. `None` past the vocabulary.
+    /// The raw bytes token `id` stands for (possibly part of a UTF-8 character), as llama.cpp's
+    /// `token_to_piece` with `special = true`: control, unknown and user-defined tokens give their
+    /// text; a SentencePiece token its text with `▁` as a space, a byte token `<0xXX>` that byte,
+    /// an unused one nothing. `None` past the vocabulary.
     pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
         self.bytes_of(id).map(<[u8]>::to_vec)
     }
 
-    /// The id of a vocabulary string exactly as stored (e.g. `"<|im_end|>"`, or `"Ġworld"`).
+    /// The id of a vocabulary string exactly as stored (e.g. `"<|im_end|>"`, `"Ġworld"`, or
+    /// SentencePiece's `"▁world"`).
     pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.special.token_to_id(token)
+        match &self.model {
+            Model::Bpe(b) => b.special.token_to_id(token),
+            Model::Spm(s) => s.ids.get(token).copied(),
+        }
     }
 
-    /// The beginning-of-sequence id (`tokenizer.ggml.bos_token_id`), if the model names one.
+    /// The beginning-of-sequence id (`tokenizer.ggml.bos_token_id`), if the model names one
+    /// (SentencePiece: id 1 when it does not, as in llama.cpp).
     pub fn bos_id(&self) -> Option<u32> {
         self.bos
     }
 
-    /// The end-of-sequence id (`tokenizer.ggml.eos_token_id`), if the model names one.
+    /// The end-of-sequence id (`tokenizer.ggml.eos_token_id`), if the model names one
+    /// (SentencePiece: id 2 when it does not, as in llama.cpp).
     pub fn eos_id(&self) -> Option<u32> {
         self.eos
     }
 
-    /// Whether the model wants BOS prepended to a prompt (`tokenizer.ggml.add_bos_token`,
-    /// default false). `encode_*` never add it themselves.
+    /// Whether the model wants BOS prepended to a prompt (`tokenizer.ggml.add_bos_token`; when
+    /// absent false for BPE, true for SentencePiece as in llama.cpp). `encode_text` and
+    /// `encode_with_special` never add it themselves.
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }
@@ -308,9 +854,10 @@ impl Tokenizer {
         self.types.len()
     }
 
-    /// Whether `id` is a control token (`token_type` 3, e.g. `<|im_start|>`, `<|endoftext|>`).
+    /// Whether `id` is a control token (`token_type` 3, e.g. `<|im_start|>`, `<|endoftext|>`, or
+    /// one llama.cpp makes control by its text, such as `</s>`).
     pub fn is_control(&self, id: u32) -> bool {
-        self.types.get(id as usize).is_some_and(|&t| t as u64 == TYPE_CONTROL)
+        self.types.get(id as usize).is_some_and(|&t| t == TYPE_CONTROL)
     }
 }
 

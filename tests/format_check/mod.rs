@@ -7,9 +7,10 @@ use serde_json::Value;
 
 use crate::{dual, score};
 
-/// Scores `file` on the reference's prompts `ids` against the bounds of `stem`.
-pub async fn check(stem: &str, file: &[u8], reference: &str, prompts: &[&str]) {
-    let bounds: Value = serde_json::from_str(include_str!("../data/formats/bounds.json")).expect("bounds.json");
+/// Scores `file` on the reference's prompts `ids` against the bounds of `stem` in `bounds`
+/// (tests/data/formats/bounds.json or tests/data/archs/bounds.json).
+pub async fn check(stem: &str, file: &[u8], reference: &str, bounds: &str, prompts: &[&str]) {
+    let bounds: Value = serde_json::from_str(bounds).expect("bounds.json");
     let mut reference: Value = serde_json::from_str(reference).expect("reference JSON");
     let all = reference["prompts"].as_array().expect("prompts").clone();
     reference["prompts"] = Value::Array(all.into_iter().filter(|p| prompts.contains(&p["id"].as_str().unwrap_or(""))).collect());
@@ -37,6 +38,27 @@ macro_rules! tiny_format_test {
                 $stem,
                 file,
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/formats/", $stem, "-llamacpp.json")),
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/formats/bounds.json")),
+                format_check::PROMPTS,
+            )
+            .await;
+        }
+    };
+}
+
+/// One browser test of an architecture: the small-vocabulary tiny model `$stem`
+/// (models/archs/$stem.gguf, scripts/make-archs.sh), compiled in, against its reference and the
+/// bounds of tests/data/archs/.
+macro_rules! tiny_arch_test {
+    ($name:ident, $stem:literal) => {
+        #[wasm_bindgen_test::wasm_bindgen_test]
+        async fn $name() {
+            let file = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/models/archs/", $stem, ".gguf"));
+            format_check::check(
+                $stem,
+                file,
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/archs/", $stem, "-llamacpp.json")),
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/archs/bounds.json")),
                 format_check::PROMPTS,
             )
             .await;
