@@ -29,6 +29,7 @@ pub const PROMPTS: &[&str] = &["pub-06-chat-sky", "pub-09-chat-math"];
 
 /// One browser test: the tiny file `$stem` (models/formats/$stem.gguf), compiled into the test
 /// binary (the browser test cannot read files), against its reference.
+#[allow(unused_macros)] // each test binary uses one of the two
 macro_rules! tiny_format_test {
     ($name:ident, $stem:literal) => {
         #[wasm_bindgen_test::wasm_bindgen_test]
@@ -49,6 +50,7 @@ macro_rules! tiny_format_test {
 /// One browser test of an architecture: the small-vocabulary tiny model `$stem`
 /// (models/archs/$stem.gguf, scripts/make-archs.sh), compiled in, against its reference and the
 /// bounds of tests/data/archs/.
+#[allow(unused_macros)]
 macro_rules! tiny_arch_test {
     ($name:ident, $stem:literal) => {
         #[wasm_bindgen_test::wasm_bindgen_test]
