@@ -29,10 +29,10 @@ stage "test models: scripts/make-formats.sh (llama.cpp's quantizer; builds its v
 bash scripts/make-formats.sh
 bash scripts/make-archs.sh
 
-stage "native tests: cargo test --workspace --release (llama.cpp agreement: ~2,700 tokens on the default model, 363 on each of its 12 requantizations, 953 on each of 14 tiny format files, 3 tiny architecture files)"
+stage "native tests: cargo test --workspace --release (llama.cpp agreement: ~2,700 tokens on the default model, 363 on each of its 12 requantizations, 953 on each of 14 tiny format files, every architecture on 8 tiny files, 253 positions of Gemma-3-270m)"
 cargo test --workspace --release
 
-stage "browser tests: wasm-pack test --headless --chrome (kernels, the tiny models, every weight format on 14 tiny files)"
+stage "browser tests: wasm-pack test --headless --chrome (kernels, the tiny models, every weight format on 14 tiny files, every architecture on 4 small ones)"
 # The runner allows 20 s per test binary by default; SwiftShader runs the tiny model's cache tests
 # slowly (several forward passes per test), so allow more.
 WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-180} wasm-pack test --headless --chrome
