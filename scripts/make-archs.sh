@@ -40,6 +40,34 @@ done <<<"$VOCABS"
 scripts/fetch-gemma.sh >/dev/null
 ln -f models/gemma-3-270m-q4_k_m.gguf models/archs/gemma3-270m-Q4_K_M.gguf
 want() { python3 -c "import json,sys; print(json.load(open(sys.argv[2])).get(sys.argv[1], {}).get('sha256', ''))" "$1" "$FILES" 2>/dev/null || true; }
+# present STEM: models/archs/STEM.gguf is there with files.json's sha256 (and we are not recording).
+present() {
+  local sha; sha=$(want "$1")
+  [ "$record" != --record ] && [ -f "models/archs/$1.gguf" ] && [ -n "$sha" ] && echo "$sha  models/archs/$1.gguf" | sha256sum -c --status
+}
+# settle STEM ARCH [tokenizer_only]: with --record, writes the made file's entry into files.json
+# (sha256, size, tensor types; "tokenizer_only": true when asked); else checks its sha256 there.
+settle() {
+  local out=models/archs/$1.gguf got
+  got=$(sha256sum "$out" | cut -d' ' -f1)
+  if [ "$record" = --record ]; then
+    "$PY" - "$FILES" "$1" "$out" "$got" "$2" "${3:-}" <<'PY'
+import collections, json, os, sys
+from gguf import GGUFReader
+files, stem, path, sha, arch, tokenizer_only = sys.argv[1:]
+out = json.load(open(files)) if os.path.exists(files) else {}
+types = collections.Counter(t.tensor_type.name for t in GGUFReader(path).tensors)
+out[stem] = {"arch": arch, "file": os.path.basename(path), "sha256": sha, "size": os.path.getsize(path),
+             "tensor_types": dict(sorted(types.items()))}
+if tokenizer_only:
+    out[stem]["tokenizer_only"] = True
+json.dump(out, open(files, "w"), indent=1)
+print("make-archs: recorded", stem, out[stem]["tensor_types"])
+PY
+  elif [ "$got" != "$(want "$1")" ]; then
+    echo "make-archs: $out has sha256 $got, $FILES says $(want "$1")" >&2; exit 1
+  fi
+}
 # tiny-<arch>: the real vocabulary named after the colon; web-<arch>: the same model with
 # SmolLM2's 49,152-token vocabulary (copied from the default model), a third the size, for the
 # browser tests.
@@ -49,65 +77,20 @@ for spec in qwen2:qwen3 qwen3:qwen3 llama3:llama3 gemma3:qwen3 web-qwen2 web-qwe
     web-*) arch=${spec#web-} vocab=../SmolLM2-135M-Instruct.Q4_1.gguf stem=$spec ;;
     *) arch=${spec%%:*} vocab=${spec#*:} stem=tiny-${spec%%:*} ;;
   esac
-  out=models/archs/$stem.gguf sha=$(want "$stem")
-  if [ "$record" != --record ] && [ -f "$out" ] && [ -n "$sha" ] && echo "$sha  $out" | sha256sum -c --status; then
-    echo "make-archs: $out is present and verified"; continue
-  fi
-  "$PY" scripts/make-tiny-archs.py "$arch" "models/vocab/$vocab" "$out" >/dev/null
-  got=$(sha256sum "$out" | cut -d' ' -f1)
-  if [ "$record" = --record ]; then
-    "$PY" - "$FILES" "$stem" "$out" "$got" <<'PY'
-import collections, json, os, sys
-from gguf import GGUFReader
-files, stem, path, sha = sys.argv[1:]
-out = json.load(open(files)) if os.path.exists(files) else {}
-types = collections.Counter(t.tensor_type.name for t in GGUFReader(path).tensors)
-out[stem] = {"arch": stem.split("-", 1)[1], "file": os.path.basename(path), "sha256": sha, "size": os.path.getsize(path),
-             "tensor_types": dict(sorted(types.items()))}
-json.dump(out, open(files, "w"), indent=1)
-print("make-archs: recorded", stem, out[stem]["tensor_types"])
-PY
-  elif [ "$got" != "$sha" ]; then
-    echo "make-archs: $out has sha256 $got, $FILES says ${sha:-nothing}" >&2; exit 1
-  fi
-  echo "make-archs: $out written"
+  if present "$stem"; then echo "make-archs: models/archs/$stem.gguf is present and verified"; continue; fi
+  "$PY" scripts/make-tiny-archs.py "$arch" "models/vocab/$vocab" "models/archs/$stem.gguf" >/dev/null
+  settle "$stem" "$arch"
+  echo "make-archs: models/archs/$stem.gguf written"
 done
-if [ "$record" = --record ]; then
-  "$PY" - "$FILES" models/archs/gemma3-270m-Q4_K_M.gguf <<'PY'
-import collections, hashlib, json, os, sys
-from gguf import GGUFReader
-files, path = sys.argv[1:]
-out = json.load(open(files))
-types = collections.Counter(t.tensor_type.name for t in GGUFReader(path).tensors)
-out["gemma3-270m-Q4_K_M"] = {"arch": "gemma3", "file": os.path.basename(path), "sha256": hashlib.sha256(open(path, "rb").read()).hexdigest(),
-                             "size": os.path.getsize(path), "tensor_types": dict(sorted(types.items()))}
-json.dump(out, open(files, "w"), indent=1)
-print("make-archs: recorded gemma3-270m-Q4_K_M", out["gemma3-270m-Q4_K_M"]["tensor_types"])
-PY
-fi
+# Gemma-3-270m: fetch-gemma.sh checked its sha256 already; --record writes its entry.
+[ "$record" != --record ] || settle gemma3-270m-Q4_K_M gemma3
 # tiny-spm: a llama-architecture model with Gemma-3's SentencePiece vocabulary
 # (tokenizer.ggml.model = "llama", scripts/make-spm-vocab.py), for tests/tokenizer.rs only: its
 # files.json entry says "tokenizer_only": true, and tests/archs.rs does not score it.
-stem=tiny-spm out=models/archs/tiny-spm.gguf sha=$(want tiny-spm)
-if [ "$record" != --record ] && [ -f "$out" ] && [ -n "$sha" ] && echo "$sha  $out" | sha256sum -c --status; then
-  echo "make-archs: $out is present and verified"
+if present tiny-spm; then
+  echo "make-archs: models/archs/tiny-spm.gguf is present and verified"
 else
-  "$PY" scripts/make-spm-vocab.py models/vocab/gemma3 "$out" >/dev/null
-  got=$(sha256sum "$out" | cut -d' ' -f1)
-  if [ "$record" = --record ]; then
-    "$PY" - "$FILES" "$stem" "$out" "$got" <<'PY'
-import collections, json, os, sys
-from gguf import GGUFReader
-files, stem, path, sha = sys.argv[1:]
-out = json.load(open(files)) if os.path.exists(files) else {}
-types = collections.Counter(t.tensor_type.name for t in GGUFReader(path).tensors)
-out[stem] = {"arch": "llama", "file": os.path.basename(path), "sha256": sha, "size": os.path.getsize(path),
-             "tensor_types": dict(sorted(types.items())), "tokenizer_only": True}
-json.dump(out, open(files, "w"), indent=1)
-print("make-archs: recorded", stem, out[stem]["tensor_types"])
-PY
-  elif [ "$got" != "$sha" ]; then
-    echo "make-archs: $out has sha256 $got, $FILES says ${sha:-nothing}" >&2; exit 1
-  fi
-  echo "make-archs: $out written"
+  "$PY" scripts/make-spm-vocab.py models/vocab/gemma3 models/archs/tiny-spm.gguf >/dev/null
+  settle tiny-spm llama tokenizer_only
+  echo "make-archs: models/archs/tiny-spm.gguf written"
 fi
