@@ -72,42 +72,10 @@ impl Check {
                 Ok(Report::timed(name, max_err, ms, (rows * dim * 8) as f64, "GB/s"))
             }
             Check::Rope { t, heads, extra_heads, head_dim, max_pos } => {
-                let stride = (heads + extra_heads) * head_dim;
-                let x = rng.vec(t * stride, 1.0);
-                let pos: Vec<u32> = (0..t).map(|_| rng.below(max_pos) as u32).collect();
-                let table = ops::rope_table(max_pos, head_dim, 10000.0);
-                let xb = gpu.upload("x", &x).await?;
-                let (pb, tb) = (gpu.upload("pos", &pos).await?, gpu.upload("rope table", &table).await?);
-                let shape = RopeShape { t, heads, row_stride: stride, head_dim };
-                ops_once(gpu, |b| ops::rope(b, &xb, &pb, &tb, &shape)).await?;
-                let got = gpu.read_f32(&xb, t * stride).await?;
-                let mut want = x.clone();
-                oracle::rope(&mut want, &pos, heads, stride, head_dim, 10000.0);
-                let max_err = compare(&name, "x", &got, &want, |_| 1e-5)?;
-                Ok(Report { name, max_err, ms: None, rate: None })
+                rope(gpu, &mut rng, name, [t, heads, extra_heads, head_dim, head_dim, max_pos], 10000.0, false).await
             }
             Check::RopeScaled { t, heads, head_dim, n_rot } => {
-                let stride = heads * head_dim;
-                let max_pos = 4096;
-                let x = rng.vec(t * stride, 1.0);
-                let pos: Vec<u32> = (0..t).map(|_| rng.below(max_pos) as u32).collect();
-                let factors: Vec<f32> = (0..n_rot / 2).map(|_| 1.0 + rng.f32(4.0).abs()).collect();
-                let table = ops::rope_table_scaled(max_pos, head_dim, n_rot, 500000.0, Some(&factors));
-                let xb = gpu.upload("x", &x).await?;
-                let (pb, tb) = (gpu.upload("pos", &pos).await?, gpu.upload("rope table", &table).await?);
-                let shape = RopeShape { t, heads, row_stride: stride, head_dim };
-                ops_once(gpu, |b| ops::rope(b, &xb, &pb, &tb, &shape)).await?;
-                let got = gpu.read_f32(&xb, t * stride).await?;
-                let mut want = x.clone();
-                oracle::rope_scaled(&mut want, &pos, heads, stride, head_dim, n_rot, 500000.0, Some(&factors));
-                // The unrotated dims must come back bit for bit.
-                for (i, (g, x)) in got.iter().zip(&x).enumerate() {
-                    if i % head_dim >= n_rot && g.to_bits() != x.to_bits() {
-                        return Err(Error::Mismatch(format!("{name}: x[{i}] = {g}, unrotated {x}")));
-                    }
-                }
-                let max_err = compare(&name, "x", &got, &want, |_| 1e-5)?;
-                Ok(Report { name, max_err, ms: None, rate: None })
+                rope(gpu, &mut rng, name, [t, heads, 0, head_dim, n_rot, 4096], 500000.0, true).await
             }
             Check::Bias { t, n } => {
                 let (x, bias) = (rng.vec(t * n, 2.0), rng.vec(n, 1.0));
@@ -449,6 +417,33 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
     }
     let bytes = (t * n_head * (past + t) * hd * 2 * 2) as f64;
     Ok(Report::timed(name, max_err, ms, bytes, "GB/s"))
+}
+
+/// RoPE over the first `heads` heads of `t` rows (the `extra` heads after them left as they are)
+/// at random positions below `max_pos`, rotating `n_rot` of each head's dims; with `scaled`,
+/// random frequency factors (Llama-3's `rope_freqs`), and the unrotated dims checked bit for bit.
+async fn rope(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6], base: f64, scaled: bool) -> Result<Report> {
+    let [t, heads, extra, head_dim, n_rot, max_pos] = s;
+    let stride = (heads + extra) * head_dim;
+    let x = rng.vec(t * stride, 1.0);
+    let pos: Vec<u32> = (0..t).map(|_| rng.below(max_pos) as u32).collect();
+    let factors: Option<Vec<f32>> = scaled.then(|| (0..n_rot / 2).map(|_| 1.0 + rng.f32(4.0).abs()).collect());
+    let table = ops::rope_table_scaled(max_pos, head_dim, n_rot, base, factors.as_deref());
+    let xb = gpu.upload("x", &x).await?;
+    let (pb, tb) = (gpu.upload("pos", &pos).await?, gpu.upload("rope table", &table).await?);
+    let shape = RopeShape { t, heads, row_stride: stride, head_dim };
+    ops_once(gpu, |b| ops::rope(b, &xb, &pb, &tb, &shape)).await?;
+    let got = gpu.read_f32(&xb, t * stride).await?;
+    let mut want = x.clone();
+    oracle::rope_scaled(&mut want, &pos, heads, stride, head_dim, n_rot, base, factors.as_deref());
+    // The unrotated dims must come back bit for bit.
+    for (i, (g, x)) in got.iter().zip(&x).enumerate() {
+        if i % head_dim >= n_rot && g.to_bits() != x.to_bits() {
+            return Err(Error::Mismatch(format!("{name}: x[{i}] = {g}, unrotated {x}")));
+        }
+    }
+    let max_err = compare(&name, "x", &got, &want, |_| 1e-5)?;
+    Ok(Report { name, max_err, ms: None, rate: None })
 }
 
 /// Rotates the first `heads` heads of `row` for position `pos` with the f32 table, as the GPU does.
