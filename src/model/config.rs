@@ -142,12 +142,14 @@ impl Config {
         if let Some(v) = g.get(&key("final_logit_softcapping")) {
             return Err(Error::Model(format!("final logit soft-capping ({v:?}) is not supported")));
         }
-        let n_layer = u("block_count")?.min(MAX_LAYERS + 1);
+        let n_layer = u("block_count")?;
+        // Flags for at most one layer past the bound (a larger count is refused below).
+        let flags = n_layer.min(MAX_LAYERS + 1);
         let swa = match (arch.swa_pattern, g.get(&key("attention.sliding_window"))) {
             (0, _) => None,
             (pattern, Some(_)) => {
                 let local = match g.get(&key("attention.sliding_window_pattern")) {
-                    None => (0..n_layer).map(|l| l % pattern < pattern - 1).collect(),
+                    None => (0..flags).map(|l| l % pattern < pattern - 1).collect(),
                     Some(Value::Array(a)) if a.len() == n_layer => a
                         .iter()
                         .map(|v| match v {
@@ -156,7 +158,7 @@ impl Config {
                         })
                         .collect::<Result<Vec<bool>>>()?,
                     Some(v) => match v.as_u64().filter(|p| *p > 0) {
-                        Some(p) => (0..n_layer as u64).map(|l| l % p < p - 1).collect(),
+                        Some(p) => (0..flags as u64).map(|l| l % p < p - 1).collect(),
                         None => return Err(Error::Model(format!("{} = {v:?}", key("attention.sliding_window_pattern")))),
                     },
                 };
@@ -169,7 +171,7 @@ impl Config {
             (_, None) => return Err(Error::Model(format!("{} file without {}", arch.name, key("attention.sliding_window")))),
         };
         let c = Config {
-            n_layer: u("block_count")?,
+            n_layer,
             dim,
             n_head,
             n_kv_head,
