@@ -72,7 +72,7 @@ PY
 # SmolLM2's 49,152-token vocabulary (copied from the default model), a third the size, for the
 # browser tests.
 scripts/fetch-model.sh >/dev/null
-for spec in qwen2:qwen3 qwen3:qwen3 llama3:llama3 gemma3:qwen3 web-qwen2 web-qwen3 web-llama3 web-gemma3; do
+for spec in qwen2:qwen3 qwen3:qwen3 llama3:llama3 gemma3:qwen3 phi3:qwen3 web-qwen2 web-qwen3 web-llama3 web-gemma3 web-phi3; do
   case $spec in
     web-*) arch=${spec#web-} vocab=../SmolLM2-135M-Instruct.Q4_1.gguf stem=$spec ;;
     *) arch=${spec%%:*} vocab=${spec#*:} stem=tiny-${spec%%:*} ;;
@@ -82,15 +82,28 @@ for spec in qwen2:qwen3 qwen3:qwen3 llama3:llama3 gemma3:qwen3 web-qwen2 web-qwe
   settle "$stem" "$arch"
   echo "make-archs: models/archs/$stem.gguf written"
 done
+# tiny-default-pre: web-llama3's model with SmolLM2's vocabulary under llama.cpp's "default" BPE
+# pre-tokenizer, for tests/tokenizer.rs only ("tokenizer_only").
+if present tiny-default-pre; then
+  echo "make-archs: models/archs/tiny-default-pre.gguf is present and verified"
+else
+  "$PY" scripts/make-tiny-archs.py llama3 models/SmolLM2-135M-Instruct.Q4_1.gguf models/archs/tiny-default-pre.gguf --pre default >/dev/null
+  settle tiny-default-pre llama tokenizer_only
+  echo "make-archs: models/archs/tiny-default-pre.gguf written"
+fi
 # Gemma-3-270m: fetch-gemma.sh checked its sha256 already; --record writes its entry.
 [ "$record" != --record ] || settle gemma3-270m-Q4_K_M gemma3
 # tiny-spm: a llama-architecture model with Gemma-3's SentencePiece vocabulary
 # (tokenizer.ggml.model = "llama", scripts/make-spm-vocab.py), for tests/tokenizer.rs only: its
 # files.json entry says "tokenizer_only": true, and tests/archs.rs does not score it.
-if present tiny-spm; then
-  echo "make-archs: models/archs/tiny-spm.gguf is present and verified"
-else
-  "$PY" scripts/make-spm-vocab.py models/vocab/gemma3 models/archs/tiny-spm.gguf >/dev/null
-  settle tiny-spm llama tokenizer_only
-  echo "make-archs: models/archs/tiny-spm.gguf written"
-fi
+# tiny-spm-prefix: the same with tokenizer.ggml.add_space_prefix = true (Llama-2-style files).
+for stem in tiny-spm tiny-spm-prefix; do
+  if present $stem; then
+    echo "make-archs: models/archs/$stem.gguf is present and verified"
+  else
+    flag=(); [ $stem = tiny-spm ] || flag=(--space-prefix)
+    "$PY" scripts/make-spm-vocab.py models/vocab/gemma3 models/archs/$stem.gguf "${flag[@]}" >/dev/null
+    settle $stem llama tokenizer_only
+    echo "make-archs: models/archs/$stem.gguf written"
+  fi
+done

@@ -18,6 +18,12 @@ What each architecture adds (llama.cpp's src/models/*.cpp):
                window 8 on layers 0-4 (local RoPE base 10,000) and global layer 5, heads of 64
                beside width 128, the tied head; with Qwen3's BPE vocabulary (the architecture
                does not depend on it; Gemma's own SentencePiece vocabulary is the tokenizer's test)
+  phi3         Q|K|V in one tensor (attn_qkv), gate|up in one (ffn_up), NEOX RoPE over 24 of 32
+               dims (Phi-4-mini's partial rotary), LongRoPE's long and short frequency factors
+               with their attention factor (Phi-3.5/Phi-4-mini), a sliding window declared (llama.cpp
+               ignores it for phi3), the tied head. The original context is 512 in tiny-phi3, so
+               llama.cpp's context of 4,096 (and hotprefix's scoring context of 1,024) take the long
+               factors; 4,096 of 16,384 in web-phi3, so both take the short ones.
 (A llama file with RoPE over fewer dims than a head is refused by llama.cpp — "invalid n_rot" — so
 no reference can exist for it: hotprefix's partial rotary is checked by the kernel checks alone.)
 
@@ -25,7 +31,10 @@ With a GGUF file in place of VOCAB_DIR (the default model), its tokenizer.ggml.*
 template are copied instead (SmolLM2's 49,152-token vocabulary): the same architecture in a file a
 third the size, for the browser tests (web-<arch>).
 
-usage: python make-tiny-archs.py ARCH VOCAB_DIR|VOCAB.gguf OUT.gguf [seed]
+--pre NAME writes that pre-tokenizer name instead (tiny-default-pre: SmolLM2's vocabulary under
+llama.cpp's "default" pre-tokenizer, for tests/tokenizer.rs).
+
+usage: python make-tiny-archs.py ARCH VOCAB_DIR|VOCAB.gguf OUT.gguf [seed] [--pre NAME]
 """
 import json
 import math
@@ -34,8 +43,14 @@ import sys
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter, TokenType
 
-arch, vocab_dir, out = sys.argv[1:4]
-seed = int(sys.argv[4]) if len(sys.argv) > 4 else 20
+argv = sys.argv[1:]
+pre_override = None
+if "--pre" in argv:
+    at = argv.index("--pre")
+    pre_override = argv[at + 1]
+    del argv[at:at + 2]
+arch, vocab_dir, out = argv[:3]
+seed = int(argv[3]) if len(argv) > 3 else 20
 
 # name: (gguf arch, dim, layers, heads, kv heads, head dim, rope dims, ffn, pre-tokenizer, untied head)
 SHAPES = {
@@ -43,6 +58,7 @@ SHAPES = {
     "qwen3": ("qwen3", 96, 2, 4, 2, 32, 32, 160, "qwen2", False),
     "llama3": ("llama", 128, 2, 4, 2, 32, 32, 320, "llama-bpe", True),
     "gemma3": ("gemma3", 128, 6, 4, 1, 64, 64, 192, "qwen2", False),
+    "phi3": ("phi3", 128, 2, 4, 2, 32, 24, 192, "qwen2", False),
 }
 gguf_arch, DIM, LAYERS, HEADS, KV, HD, NROT, FFN, PRE, UNTIED = SHAPES[arch]
 
@@ -100,8 +116,10 @@ else:
 
 
 w = GGUFWriter(out, gguf_arch)
-w.add_name(f"hotprefix tiny {arch} (random weights, a real vocabulary)")
-w.add_context_length(4096)
+# (llama.cpp strips the spaces after special tokens for a model whose name holds "phi3" or
+# "phi-3", whatever its vocabulary: the tiny phi3's name spells it apart.)
+w.add_name("hotprefix tiny Phi 3 (random weights, a real vocabulary)" if arch == "phi3" else f"hotprefix tiny {arch} (random weights, a real vocabulary)")
+w.add_context_length(16384 if arch == "phi3" and vocab_dir.endswith(".gguf") else 4096)
 w.add_embedding_length(DIM)
 w.add_block_count(LAYERS)
 w.add_feed_forward_length(FFN)
@@ -111,15 +129,22 @@ if HEADS * HD != DIM:
     w.add_key_length(HD)
     w.add_value_length(HD)
 w.add_rope_dimension_count(NROT)
-base = 500000.0 if arch == "llama3" else 1000000.0
+base = {"llama3": 500000.0, "phi3": 10000.0}.get(arch, 1000000.0)
 w.add_rope_freq_base(base)
 w.add_layer_norm_rms_eps(1e-6)
 if arch == "gemma3":
     w.add_sliding_window(8)
+if arch == "phi3":
+    # convert_hf_to_gguf.py's Phi3MiniModel: the original context, LongRoPE's attention factor
+    # (sqrt(1 + ln(scale) / ln(original))), a sliding window (llama.cpp ignores it for phi3).
+    orig, ctx = (4096, 16384) if vocab_dir.endswith(".gguf") else (512, 4096)
+    w.add_rope_scaling_orig_ctx_len(orig)
+    w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(ctx / orig) / math.log(orig)))
+    w.add_sliding_window(64)
 w.add_file_type(0)
 w.add_vocab_size(n_vocab)
 w.add_tokenizer_model("gpt2")
-w.add_tokenizer_pre(PRE)
+w.add_tokenizer_pre(pre_override or PRE)
 w.add_token_list(tokens)
 w.add_token_types(types)
 w.add_token_merges(merges)
@@ -171,11 +196,19 @@ if arch == "llama3":
             smooth = (old / wavelen - low) / (high - low)
             factors.append(1 / ((1 - smooth) / factor + smooth))
     w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
+if arch == "phi3":
+    # Phi-3.5's LongRoPE factors, one per rotated pair: the long ones stretch the low frequencies.
+    w.add_tensor("rope_factors_long.weight", (1.0 + 3.0 * rng.random(NROT // 2) * np.linspace(0, 1, NROT // 2)).astype(np.float32))
+    w.add_tensor("rope_factors_short.weight", (1.0 + 0.2 * rng.random(NROT // 2)).astype(np.float32))
 for i in range(LAYERS):
     w.add_tensor(f"blk.{i}.attn_norm.weight", norm(DIM))
-    w.add_tensor(f"blk.{i}.attn_q.weight", mat(HEADS * HD, DIM, 0.08))
-    w.add_tensor(f"blk.{i}.attn_k.weight", mat(KV * HD, DIM, 0.08))
-    w.add_tensor(f"blk.{i}.attn_v.weight", mat(KV * HD, DIM, 0.08))
+    if arch == "phi3":
+        # Q, K and V rows in one tensor, as Phi-3's qkv_proj.
+        w.add_tensor(f"blk.{i}.attn_qkv.weight", np.concatenate([mat(HEADS * HD, DIM, 0.08), mat(KV * HD, DIM, 0.08), mat(KV * HD, DIM, 0.08)]))
+    else:
+        w.add_tensor(f"blk.{i}.attn_q.weight", mat(HEADS * HD, DIM, 0.08))
+        w.add_tensor(f"blk.{i}.attn_k.weight", mat(KV * HD, DIM, 0.08))
+        w.add_tensor(f"blk.{i}.attn_v.weight", mat(KV * HD, DIM, 0.08))
     if arch == "qwen2":
         w.add_tensor(f"blk.{i}.attn_q.bias", (0.5 * rng.standard_normal(HEADS * HD)).astype(np.float32))
         w.add_tensor(f"blk.{i}.attn_k.bias", (0.5 * rng.standard_normal(KV * HD)).astype(np.float32))
@@ -188,8 +221,12 @@ for i in range(LAYERS):
         w.add_tensor(f"blk.{i}.post_ffw_norm.weight", norm(DIM))
     w.add_tensor(f"blk.{i}.attn_output.weight", mat(DIM, HEADS * HD, 0.05))
     w.add_tensor(f"blk.{i}.ffn_norm.weight", norm(DIM))
-    w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(FFN, DIM, 0.08))
-    w.add_tensor(f"blk.{i}.ffn_up.weight", mat(FFN, DIM, 0.08))
+    if arch == "phi3":
+        # Gate rows then up rows in one tensor, as Phi-3's gate_up_proj.
+        w.add_tensor(f"blk.{i}.ffn_up.weight", np.concatenate([mat(FFN, DIM, 0.08), mat(FFN, DIM, 0.08)]))
+    else:
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(FFN, DIM, 0.08))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", mat(FFN, DIM, 0.08))
     w.add_tensor(f"blk.{i}.ffn_down.weight", mat(DIM, FFN, 0.05))
 w.write_header_to_file()
 w.write_kv_data_to_file()

@@ -1,10 +1,11 @@
 //! Every architecture against llama.cpp, natively: a random-weight tiny model of each
 //! (scripts/make-archs.sh: qwen2 with Q/K/V biases, qwen3 with QK-norm and wide heads, llama with
-//! Llama-3's RoPE frequency factors; real Qwen3 and Llama-3 vocabularies) scored on the nine public
-//! prompts of its llama.cpp reference (tests/data/archs/) within the bounds derived from llama.cpp
-//! against itself (tests/data/archs/bounds.json, by scripts/format-bounds.py), as tests/formats.rs
-//! scores the weight formats; and Gemma-3-270m itself. And on each tiny model, the prompt cache: a cached prefix gives the logits and
-//! tokens of a cold run, bit for bit.
+//! Llama-3's RoPE frequency factors, gemma3 with its sliding window, norms and GeGLU, phi3 with
+//! fused projections, partial rotary and LongRoPE; real Qwen3 and Llama-3 vocabularies) scored on
+//! the nine public prompts of its llama.cpp reference (tests/data/archs/) within the bounds derived
+//! from llama.cpp against itself (tests/data/archs/bounds.json, by scripts/format-bounds.py), as
+//! tests/formats.rs scores the weight formats; and Gemma-3-270m itself. And on each tiny model, the
+//! prompt cache: a cached prefix gives the logits and tokens of a cold run, bit for bit.
 #![cfg(not(target_arch = "wasm32"))]
 
 use hotprefix::engine::{Engine, EngineOptions, GenerateParams};

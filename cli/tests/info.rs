@@ -62,7 +62,7 @@ fn a_file_of_a_format_not_run_is_described_and_refused_with_a_reason() {
 /// Each architecture's tiny model (scripts/make-archs.sh) is described with the features it uses.
 #[test]
 fn each_architecture_names_its_features() {
-    let want: [(&str, &str, &[&str]); 4] = [
+    let want: [(&str, &str, &[&str]); 5] = [
         ("tiny-qwen2.gguf", "qwen2", &["RoPE on halves (NEOX)", "Q/K/V biases", "untied output head"]),
         ("tiny-qwen3.gguf", "qwen3", &["QK-norm", "heads of 32 (4 × 32 ≠ width 96)", "output head tied to the embedding"]),
         ("tiny-llama3.gguf", "llama", &["RoPE on adjacent pairs", "RoPE frequency factors (Llama-3 scaling)"]),
@@ -70,6 +70,18 @@ fn each_architecture_names_its_features() {
             "tiny-gemma3.gguf",
             "gemma3",
             &["post-attention and post-FFN norms", "GeGLU feed-forward", "sliding window 8 (every layer but each 6th)"],
+        ),
+        (
+            "tiny-phi3.gguf",
+            "phi3",
+            &[
+                "fused Q|K|V",
+                "fused gate|up",
+                "LongRoPE factors (long past a context of 512)",
+                "RoPE attention factor 1.1547",
+                "partial rotary (24 of 32 dims)",
+                "sliding window 64 declared, not applied (as llama.cpp)",
+            ],
         ),
     ];
     for (file, arch, features) in want {

@@ -30,6 +30,10 @@ pub struct Shape {
     pub kv: KvShape,
     /// Positions per page.
     pub page_size: usize,
+    /// Which of LongRoPE's frequency factors rotated the saved K (`"long"`, `"short"`), for a
+    /// model with both: the context window picks them, so a file saved under the other is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_rope: Option<String>,
 }
 
 /// One saved prefix: its salt, its tokens, and the indices of its pages in the file.
@@ -132,7 +136,7 @@ mod tests {
     use super::*;
 
     fn shape() -> Shape {
-        Shape { model: "m".into(), kv: KvShape { layers: 2, kv_heads: 1, head_dim: 4 }, page_size: 2 }
+        Shape { model: "m".into(), kv: KvShape { layers: 2, kv_heads: 1, head_dim: 4 }, page_size: 2, long_rope: None }
     }
 
     fn file() -> Vec<u8> {
@@ -169,6 +173,9 @@ mod tests {
         let other = Shape { model: "other".into(), ..shape() };
         let e = decode(&f, &other, 32, 10).unwrap_err();
         assert!(e.to_string().contains("saved for"), "{e}");
+        // K rotated with LongRoPE's other factors.
+        let long = Shape { long_rope: Some("long".into()), ..shape() };
+        assert!(matches!(decode(&f, &long, 32, 10), Err(Error::CacheFile(_))), "a file of the other RoPE factors was accepted");
         assert!(decode(&f, &shape(), 32, 3).is_err(), "tokens past the vocabulary");
     }
 

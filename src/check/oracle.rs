@@ -59,11 +59,12 @@ pub fn head_norm(x: &mut [f32], w: &[f32], row_stride: usize, off: usize, heads:
 
 /// Rotates adjacent pairs of the first `heads` heads of each row in place.
 pub fn rope(x: &mut [f32], pos: &[u32], heads: usize, row_stride: usize, head_dim: usize, base: f64) {
-    rope_scaled(x, pos, heads, row_stride, head_dim, head_dim, base, None)
+    rope_scaled(x, pos, heads, row_stride, head_dim, head_dim, base, None, 1.0)
 }
 
 /// [`rope`] over the first `n_rot` dims of each head (the rest as they are), the angle of pair
-/// `i` divided by `factors[i]` (Llama-3's `rope_freqs`).
+/// `i` divided by `factors[i]` (Llama-3's `rope_freqs`), the rotated values scaled by `mscale`
+/// (ggml's attention factor).
 #[allow(clippy::too_many_arguments)]
 pub fn rope_scaled(
     x: &mut [f32],
@@ -74,13 +75,14 @@ pub fn rope_scaled(
     n_rot: usize,
     base: f64,
     factors: Option<&[f32]>,
+    mscale: f64,
 ) {
     for (t, &p) in pos.iter().enumerate() {
         for h in 0..heads {
             for i in 0..n_rot / 2 {
                 let f = factors.map_or(1.0, |f| f[i] as f64);
                 let a = p as f64 * base.powf(-2.0 * i as f64 / n_rot as f64) / f;
-                let (c, s) = (a.cos(), a.sin());
+                let (c, s) = (a.cos() * mscale, a.sin() * mscale);
                 let j = t * row_stride + h * head_dim + 2 * i;
                 let (x0, x1) = (x[j] as f64, x[j + 1] as f64);
                 x[j] = (x0 * c - x1 * s) as f32;

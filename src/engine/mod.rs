@@ -354,7 +354,12 @@ impl Engine {
 
     fn cache_shape(&self, model: &str) -> persist::Shape {
         let cfg = &self.model.cfg;
-        persist::Shape { model: model.to_string(), kv: cfg.kv_shape(), page_size: self.cache.page_size() }
+        persist::Shape {
+            model: model.to_string(),
+            kv: cfg.kv_shape(),
+            page_size: self.cache.page_size(),
+            long_rope: self.model.long_rope().map(str::to_string),
+        }
     }
 
     /// Every resident prefix (salt, token ids) and its KV pages as a saved-cache file

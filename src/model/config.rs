@@ -28,6 +28,12 @@ pub struct Config {
     /// Linear RoPE scaling (`rope.scaling.type = linear`): positions are divided by this factor
     /// (1 without scaling).
     pub rope_linear: f64,
+    /// RoPE's attention factor (`rope.scaling.attn_factor`, 1 when absent; LongRoPE files): the
+    /// rotated dims of Q and K are multiplied by it (ggml's `mscale`, cos and sin scaled).
+    pub rope_attn_factor: f64,
+    /// The context the model was first trained at (`rope.scaling.original_context_length`, else
+    /// `context_length`): LongRoPE's long factors apply to a context window past it.
+    pub rope_orig_context: usize,
     /// Sliding-window attention on some layers (Gemma-3's local layers), if the model has it.
     pub swa: Option<Swa>,
     /// The embedding is multiplied by this (Gemma: √dim; 1 elsewhere).
@@ -139,6 +145,10 @@ impl Config {
                 return Err(Error::Model(format!("RoPE scaling {other:?} is not supported (none, linear and llama3's rope_freqs are)")))
             }
         };
+        let rope_attn_factor = match g.get(&key("rope.scaling.attn_factor")) {
+            None => 1.0,
+            Some(v) => v.as_f64().ok_or_else(|| Error::Model(format!("{} = {v:?} is not a number", key("rope.scaling.attn_factor"))))?,
+        };
         if let Some(v) = g.get(&key("final_logit_softcapping")) {
             return Err(Error::Model(format!("final logit soft-capping ({v:?}) is not supported")));
         }
@@ -179,6 +189,11 @@ impl Config {
             n_rot,
             rope: arch.rope,
             rope_linear,
+            rope_attn_factor,
+            rope_orig_context: match g.get(&key("rope.scaling.original_context_length")) {
+                Some(_) => u("rope.scaling.original_context_length")?,
+                None => u("context_length")?,
+            },
             swa,
             embed_scale: if arch.embed_scaled { (dim as f32).sqrt() } else { 1.0 },
             act: arch.act,
@@ -206,6 +221,9 @@ impl Config {
         }
         if c.rope_linear.is_nan() || c.rope_linear < 1.0 {
             return bad(format!("RoPE linear scaling factor {} (at least 1 expected)", c.rope_linear));
+        }
+        if !(c.rope_attn_factor.is_finite() && c.rope_attn_factor > 0.0 && c.rope_attn_factor < 16.0) {
+            return bad(format!("RoPE attention factor {} (between 0 and 16 expected)", c.rope_attn_factor));
         }
         if let Some(s) = &c.swa {
             if s.window == 0 || s.rope_base.is_nan() || s.rope_base <= 1.0 {

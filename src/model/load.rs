@@ -52,12 +52,12 @@ pub(crate) type Run<'a> = (Format, usize, Cow<'a, [u8]>);
 /// bytes (borrowed when the run is one tensor). Same-format tensors fuse into one matrix (one
 /// dispatch); a change of format (a Q4_K_M file's Q5_0 Q and K beside a Q8_0 V) starts a new
 /// part. The fuzzed CPU load path ([`crate::model::preflight`]) calls it too.
-/// With `order`, the rows of the tensors marked `true` are permuted head by head (`order`: the
-/// NEOX RoPE layout, [`neox_order`]).
+/// With `order`, the first `permute` rows of each tensor are permuted head by head (`order`: the
+/// NEOX RoPE layout, [`neox_order`]): all of a Q or K tensor, the Q and K rows of a fused Q|K|V.
 pub(crate) fn fused_bytes<'a>(
     g: &Gguf,
     file: &'a dyn TensorBytes,
-    names: &[(String, bool)],
+    names: &[(String, usize)],
     k: usize,
     order: Option<&[usize]>,
 ) -> Result<Vec<Run<'a>>> {
@@ -71,11 +71,15 @@ pub(crate) fn fused_bytes<'a>(
         };
         let n = n.ok_or_else(|| Error::Model(format!("{name}: {:?} rows overflow", t.dims)))?;
         let mut data = file.tensor_bytes(g, t)?;
-        if let (true, Some(order)) = (*permute, order) {
-            if n == 0 || !n.is_multiple_of(order.len()) || !data.len().is_multiple_of(n) {
-                return Err(Error::Model(format!("{name}: {n} rows are not whole heads of {}", order.len())));
+        if let (rows @ 1.., Some(order)) = (*permute, order) {
+            let rows = rows.min(n);
+            if rows == 0 || !rows.is_multiple_of(order.len()) || !data.len().is_multiple_of(n) {
+                return Err(Error::Model(format!("{name}: {rows} rows are not whole heads of {}", order.len())));
             }
-            data = Cow::Owned(by_head(&data, data.len() / n, order));
+            let split = rows * (data.len() / n);
+            let mut permuted = by_head(&data[..split], data.len() / n, order);
+            permuted.extend_from_slice(&data[split..]);
+            data = Cow::Owned(permuted);
         }
         match runs.last_mut() {
             Some((rf, rows, bytes)) if *rf == f => {
@@ -146,10 +150,39 @@ pub(crate) trait Sink {
     fn join(&mut self, parts: Vec<Self::Matrix>) -> Result<Self::Matrix>;
 }
 
+/// RoPE frequency factors a file may carry, each `[n_rot/2]`: the angle of pair `i` is divided
+/// by factor `i` (ggml's `rope_ext`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RopeFactors {
+    /// Llama-3's (`rope_freqs.weight`): always used when present.
+    pub(crate) freqs: Option<Vec<f32>>,
+    /// LongRoPE's (Phi-3.5, Phi-4-mini: `rope_factors_long.weight`, `rope_factors_short.weight`):
+    /// the long ones for a context window past the original training context, else the short.
+    pub(crate) long: Option<Vec<f32>>,
+    pub(crate) short: Option<Vec<f32>>,
+}
+
+impl RopeFactors {
+    /// The factors a model with the context window `context` uses (llama.cpp's
+    /// `get_rope_factors`: `rope_freqs`, else long past the original context, else short), and
+    /// which of LongRoPE's two it took.
+    pub(crate) fn pick(&self, context: usize, cfg: &Config) -> (Option<&[f32]>, Option<&'static str>) {
+        if let Some(f) = &self.freqs {
+            return (Some(f), None);
+        }
+        match (&self.long, &self.short) {
+            (Some(l), _) if context > cfg.rope_orig_context => (Some(l), Some("long")),
+            (_, Some(s)) => (Some(s), Some("short")),
+            (Some(l), None) => (Some(l), Some("long")),
+            (None, None) => (None, None),
+        }
+    }
+}
+
 /// Every weight of the model, as a [`Sink`] kept it.
 pub(crate) struct Weights<M, V> {
-    /// Llama-3's RoPE frequency factors (`rope_freqs.weight`, `[n_rot/2]`), for the RoPE table.
-    pub(crate) rope_freqs: Option<Vec<f32>>,
+    /// RoPE frequency factors, for the RoPE table.
+    pub(crate) rope_factors: RopeFactors,
     pub(crate) embed: M,
     pub(crate) output: Option<M>,
     pub(crate) output_norm: V,
@@ -211,7 +244,7 @@ pub(crate) async fn load_weights<S: Sink>(
     let embed = sink.matrix("token_embd", embd_format, file.tensor_bytes(g, embd)?, cfg.vocab, d).await?;
     let output = match g.tensor("output.weight") {
         Ok(_) => {
-            let (w, rows) = fused(sink, g, file, &[("output.weight".to_string(), false)], d, None).await?;
+            let (w, rows) = fused(sink, g, file, &[("output.weight".to_string(), 0)], d, None).await?;
             if rows != cfg.vocab {
                 return Err(Error::Model(format!("output.weight has {rows} rows for a vocabulary of {}", cfg.vocab)));
             }
@@ -224,15 +257,21 @@ pub(crate) async fn load_weights<S: Sink>(
     let arch = Arch::of(g)?;
     let order = (cfg.rope == Rope::Neox).then(|| neox_order(hd, cfg.n_rot));
     let order = order.as_deref();
-    let rope_freqs = match g.tensor("rope_freqs.weight") {
-        Ok(_) => Some(vector_data(g, file, "rope_freqs.weight", cfg.n_rot / 2)?),
-        Err(_) => None,
-    };
-    if let Some(f) = &rope_freqs {
-        if let Some(bad) = f.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
-            return Err(Error::Model(format!("rope_freqs.weight holds {bad} (positive factors expected)")));
+    let factors = |name: &str| -> Result<Option<Vec<f32>>> {
+        if g.tensor(name).is_err() {
+            return Ok(None);
         }
-    }
+        let f = vector_data(g, file, name, cfg.n_rot / 2)?;
+        match f.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+            Some(bad) => Err(Error::Model(format!("{name} holds {bad} (positive factors expected)"))),
+            None => Ok(Some(f)),
+        }
+    };
+    let rope_factors = RopeFactors {
+        freqs: factors("rope_freqs.weight")?,
+        long: factors("rope_factors_long.weight")?,
+        short: factors("rope_factors_short.weight")?,
+    };
     let mut layers = Vec::with_capacity(cfg.n_layer);
     for (i, &bytes) in layer_bytes.iter().enumerate() {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
@@ -241,9 +280,24 @@ pub(crate) async fn load_weights<S: Sink>(
             return Err(Error::Model(format!("{} file without blk.{i}.{missing}", arch.name)));
         }
         let attn_norm = vector(sink, g, file, &n("attn_norm"), d).await?;
-        let qkv_names = [(n("attn_q"), true), (n("attn_k"), true), (n("attn_v"), false)];
+        // Q|K|V: one fused tensor (Phi-3's `attn_qkv`), else three; RoPE's layout applies to
+        // the Q and K rows.
+        let qk_rows = (cfg.n_head + cfg.n_kv_head) * hd;
+        let fused_qkv = has("attn_qkv.weight");
+        let qkv_names = if fused_qkv {
+            vec![(n("attn_qkv"), qk_rows)]
+        } else {
+            vec![(n("attn_q"), usize::MAX), (n("attn_k"), usize::MAX), (n("attn_v"), 0)]
+        };
         let (qkv, qkv_rows) = fused(sink, g, file, &qkv_names, d, order).await?;
-        let qkv_bias = if ["attn_q.bias", "attn_k.bias", "attn_v.bias"].iter().any(|s| has(s)) {
+        let qkv_bias = if fused_qkv && has("attn_qkv.bias") {
+            let mut b = vector_data(g, file, &format!("blk.{i}.attn_qkv.bias"), cfg.qkv_width())?;
+            if let Some(o) = order {
+                let qk = by_head(&b[..qk_rows], 1, o);
+                b[..qk_rows].copy_from_slice(&qk);
+            }
+            Some(sink.vector(&format!("blk.{i}.attn_qkv.bias"), b).await?)
+        } else if ["attn_q.bias", "attn_k.bias", "attn_v.bias"].iter().any(|s| has(s)) {
             let mut b = Vec::with_capacity(cfg.qkv_width());
             for (s, heads, permute) in [("q", cfg.n_head, true), ("k", cfg.n_kv_head, true), ("v", cfg.n_kv_head, false)] {
                 let name = format!("blk.{i}.attn_{s}.bias");
@@ -279,10 +333,12 @@ pub(crate) async fn load_weights<S: Sink>(
             }
             _ => return Err(Error::Model(format!("blk.{i}: a post-norm on only one of attention and FFN"))),
         };
-        let (wo, wo_rows) = fused(sink, g, file, &[(n("attn_output"), false)], cfg.n_head * hd, None).await?;
+        let (wo, wo_rows) = fused(sink, g, file, &[(n("attn_output"), 0)], cfg.n_head * hd, None).await?;
         let ffn_norm = vector(sink, g, file, &n("ffn_norm"), d).await?;
-        let (gate_up, gate_up_rows) = fused(sink, g, file, &[(n("ffn_gate"), false), (n("ffn_up"), false)], d, None).await?;
-        let (down, down_rows) = fused(sink, g, file, &[(n("ffn_down"), false)], cfg.ffn, None).await?;
+        // Gate|up: two tensors, or one of both (Phi-3's `ffn_up`, gate rows first).
+        let gate_up_names = if has("ffn_gate.weight") { vec![(n("ffn_gate"), 0), (n("ffn_up"), 0)] } else { vec![(n("ffn_up"), 0)] };
+        let (gate_up, gate_up_rows) = fused(sink, g, file, &gate_up_names, d, None).await?;
+        let (down, down_rows) = fused(sink, g, file, &[(n("ffn_down"), 0)], cfg.ffn, None).await?;
         if qkv_rows != cfg.qkv_width() || wo_rows != d || gate_up_rows != 2 * cfg.ffn || down_rows != d {
             return Err(Error::Model(format!("layer {i}: projection shapes do not match the config {cfg:?}")));
         }
@@ -290,7 +346,7 @@ pub(crate) async fn load_weights<S: Sink>(
         done = done.saturating_add(bytes);
         progress(done, total);
     }
-    Ok(Weights { rope_freqs, embed, output, output_norm, layers })
+    Ok(Weights { rope_factors, embed, output, output_norm, layers })
 }
 
 /// Several same-width GGUF matrices as one (their rows concatenated: one part a run of
@@ -299,7 +355,7 @@ async fn fused<S: Sink>(
     sink: &mut S,
     g: &Gguf,
     file: &dyn TensorBytes,
-    names: &[(String, bool)],
+    names: &[(String, usize)],
     k: usize,
     order: Option<&[usize]>,
 ) -> Result<(S::Matrix, usize)> {

@@ -6,6 +6,7 @@ pub mod arch;
 mod blocks;
 mod config;
 pub mod gguf;
+pub mod inspect;
 mod load;
 pub mod preflight;
 pub mod quant;
@@ -91,6 +92,8 @@ pub struct Model {
     rope: wgpu::Buffer, // [context, hd/2] (cos, sin)
     /// The local (sliding-window) layers' RoPE table, when their base differs (Gemma-3).
     rope_local: Option<wgpu::Buffer>,
+    /// Which of LongRoPE's factors the RoPE table has (`"long"` or `"short"`), for a file with both.
+    long_rope: Option<&'static str>,
     s: Scratch,
     /// The matrix-vector and attention kernel variant (chosen for the adapter).
     variant: Variant,
@@ -124,17 +127,11 @@ impl Model {
         // Positions past the trained context are never used.
         let opts = Options { context: Some(opts.context.unwrap_or(cfg.context).min(cfg.context)), ..opts };
         let mut sink = Upload { gpu, bytes: 0 };
-        let Weights { rope_freqs, embed, output, output_norm, layers } = load_weights(g, file, &cfg, &mut sink, progress).await?;
+        let Weights { rope_factors, embed, output, output_norm, layers } = load_weights(g, file, &cfg, &mut sink, progress).await?;
         let weight_bytes = sink.bytes;
         let (d, hd) = (cfg.dim, cfg.head_dim);
         let max_pos = opts.context.unwrap_or(cfg.context);
-        // Linear scaling divides every angle by its factor, as frequency factors do.
-        let factors = rope_freqs.or_else(|| (cfg.rope_linear != 1.0).then(|| vec![cfg.rope_linear as f32; cfg.n_rot / 2]));
-        let rope = gpu.upload("rope table", &ops::rope_table_scaled(max_pos, hd, cfg.n_rot, cfg.rope_base, factors.as_deref())).await?;
-        let rope_local = match &cfg.swa {
-            Some(swa) => Some(gpu.upload("local rope table", &ops::rope_table_scaled(max_pos, hd, cfg.n_rot, swa.rope_base, None)).await?),
-            None => None,
-        };
+        let (rope, rope_local, long_rope) = rope_tables(gpu, &cfg, &rope_factors, max_pos).await?;
         let t = opts.chunk;
         let f = |n: usize| 4 * n as u64;
         let lrows = if opts.all_logits { t } else { 1 };
@@ -156,7 +153,22 @@ impl Model {
         };
         let variant = Variant::for_adapter(gpu);
         let fuse = fused_by_default(variant);
-        Ok(Model { arch: Arch::of(g)?, cfg, opts, embed, output, output_norm, layers, rope, rope_local, s, variant, fuse, weight_bytes })
+        Ok(Model {
+            arch: Arch::of(g)?,
+            cfg,
+            opts,
+            embed,
+            output,
+            output_norm,
+            layers,
+            rope,
+            rope_local,
+            long_rope,
+            s,
+            variant,
+            fuse,
+            weight_bytes,
+        })
     }
 
     /// Makes the matrix-vector and attention kernels variant `kind` instead of the adapter's
@@ -280,6 +292,13 @@ impl Model {
         (self.arch.forward)(p)
     }
 
+    /// Which of LongRoPE's frequency factors this model's RoPE uses (`Some("long")` for a context
+    /// window past the original training context, `Some("short")` within it; `None` for a file
+    /// without them). Cached K differs between the two.
+    pub fn long_rope(&self) -> Option<&'static str> {
+        self.long_rope
+    }
+
     /// The model's shape, from its file.
     pub fn config(&self) -> &Config {
         &self.cfg
@@ -357,6 +376,36 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// The RoPE tables for positions below `max_pos`: the global one, with the file's frequency
+/// factors (Llama-3's, or LongRoPE's long or short ones by the context window), linear scaling
+/// and attention factor; the local layers' one (Gemma-3: their base, no factors); and which
+/// LongRoPE factors it took.
+async fn rope_tables(
+    gpu: &Gpu,
+    cfg: &Config,
+    factors: &load::RopeFactors,
+    max_pos: usize,
+) -> Result<(wgpu::Buffer, Option<wgpu::Buffer>, Option<&'static str>)> {
+    let (picked, long_rope) = factors.pick(max_pos, cfg);
+    // Linear scaling divides every angle by its factor, as frequency factors do (ggml:
+    // `freq_scale · θ / factor`).
+    let factors: Option<Vec<f32>> = match (picked, cfg.rope_linear != 1.0) {
+        (Some(f), linear) => Some(f.iter().map(|&f| if linear { (f as f64 * cfg.rope_linear) as f32 } else { f }).collect()),
+        (None, true) => Some(vec![cfg.rope_linear as f32; cfg.n_rot / 2]),
+        (None, false) => None,
+    };
+    let (hd, n_rot) = (cfg.head_dim, cfg.n_rot);
+    let table = ops::rope_table_scaled(max_pos, hd, n_rot, cfg.rope_base, factors.as_deref(), cfg.rope_attn_factor);
+    let rope = gpu.upload("rope table", &table).await?;
+    let rope_local = match &cfg.swa {
+        Some(swa) => Some(
+            gpu.upload("local rope table", &ops::rope_table_scaled(max_pos, hd, n_rot, swa.rope_base, None, cfg.rope_attn_factor)).await?,
+        ),
+        None => None,
+    };
+    Ok((rope, rope_local, long_rope))
 }
 
 /// Whether decoding fuses the norms and SwiGLU into the projections with kernel variant `kind`.

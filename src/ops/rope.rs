@@ -23,14 +23,15 @@ pub struct RopeShape {
 /// The RoPE table [`rope`] and fused attention read: `[max_pos, head_dim/2]` pairs `(cos θ, sin θ)`
 /// with `θ = pos · base^(-2i/head_dim)`, computed in f64.
 pub fn rope_table(max_pos: usize, head_dim: usize, base: f64) -> Vec<[f32; 2]> {
-    rope_table_scaled(max_pos, head_dim, head_dim, base, None)
+    rope_table_scaled(max_pos, head_dim, head_dim, base, None, 1.0)
 }
 
 /// [`rope_table`] for a rotation over the first `n_rot` dims of a head (pairs `i < n_rot/2`,
 /// `θ = pos · base^(-2i/n_rot) / factors[i]`: Llama-3's `rope_freqs`, as ggml's `rope_ext` applies
-/// its frequency factors); the pairs past `n_rot/2` are `(1, 0)`, which leave their values exactly
-/// as they are (partial rotary).
-pub fn rope_table_scaled(max_pos: usize, head_dim: usize, n_rot: usize, base: f64, factors: Option<&[f32]>) -> Vec<[f32; 2]> {
+/// its frequency factors), the rotated pairs scaled by `mscale` (ggml's attention factor: LongRoPE's
+/// `rope.scaling.attn_factor`, 1 elsewhere); the pairs past `n_rot/2` are `(1, 0)`, which leave
+/// their values exactly as they are (partial rotary).
+pub fn rope_table_scaled(max_pos: usize, head_dim: usize, n_rot: usize, base: f64, factors: Option<&[f32]>, mscale: f64) -> Vec<[f32; 2]> {
     let (half, rot) = (head_dim / 2, n_rot / 2);
     let mut out = Vec::with_capacity(max_pos * half);
     for pos in 0..max_pos {
@@ -41,7 +42,7 @@ pub fn rope_table_scaled(max_pos: usize, head_dim: usize, n_rot: usize, base: f6
             }
             let f = factors.and_then(|f| f.get(i)).map_or(1.0, |&f| f as f64);
             let a = pos as f64 * base.powf(-2.0 * i as f64 / n_rot as f64) / f;
-            out.push([a.cos() as f32, a.sin() as f32]);
+            out.push([(a.cos() * mscale) as f32, (a.sin() * mscale) as f32]);
         }
     }
     out

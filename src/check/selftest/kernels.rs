@@ -421,21 +421,24 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
 
 /// RoPE over the first `heads` heads of `t` rows (the `extra` heads after them left as they are)
 /// at random positions below `max_pos`, rotating `n_rot` of each head's dims; with `scaled`,
-/// random frequency factors (Llama-3's `rope_freqs`), and the unrotated dims checked bit for bit.
+/// random frequency factors (Llama-3's `rope_freqs`) and attention factor (LongRoPE's), and the
+/// unrotated dims checked bit for bit.
 async fn rope(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6], base: f64, scaled: bool) -> Result<Report> {
     let [t, heads, extra, head_dim, n_rot, max_pos] = s;
     let stride = (heads + extra) * head_dim;
     let x = rng.vec(t * stride, 1.0);
     let pos: Vec<u32> = (0..t).map(|_| rng.below(max_pos) as u32).collect();
     let factors: Option<Vec<f32>> = scaled.then(|| (0..n_rot / 2).map(|_| 1.0 + rng.f32(4.0).abs()).collect());
-    let table = ops::rope_table_scaled(max_pos, head_dim, n_rot, base, factors.as_deref());
+    // LongRoPE's attention factor scales the rotated dims.
+    let mscale = if scaled { 1.0 + rng.f32(0.5).abs() as f64 } else { 1.0 };
+    let table = ops::rope_table_scaled(max_pos, head_dim, n_rot, base, factors.as_deref(), mscale);
     let xb = gpu.upload("x", &x).await?;
     let (pb, tb) = (gpu.upload("pos", &pos).await?, gpu.upload("rope table", &table).await?);
     let shape = RopeShape { t, heads, row_stride: stride, head_dim };
     ops_once(gpu, |b| ops::rope(b, &xb, &pb, &tb, &shape)).await?;
     let got = gpu.read_f32(&xb, t * stride).await?;
     let mut want = x.clone();
-    oracle::rope_scaled(&mut want, &pos, heads, stride, head_dim, n_rot, base, factors.as_deref());
+    oracle::rope_scaled(&mut want, &pos, heads, stride, head_dim, n_rot, base, factors.as_deref(), mscale);
     // The unrotated dims must come back bit for bit.
     for (i, (g, x)) in got.iter().zip(&x).enumerate() {
         if i % head_dim >= n_rot && g.to_bits() != x.to_bits() {

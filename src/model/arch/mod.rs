@@ -5,6 +5,7 @@
 
 mod gemma3;
 mod llama;
+mod phi3;
 mod qwen2;
 mod qwen3;
 
@@ -23,14 +24,16 @@ pub(crate) struct Arch {
     pub(crate) rope: Rope,
     /// Tensors every block `blk.N.` must have beyond llama's (a file without them is refused, as
     /// llama.cpp refuses it), e.g. Qwen2's `attn_q.bias`. Optional tensors any block may have:
-    /// `attn_{q,k,v}.bias`, `attn_{q,k}_norm.weight`.
+    /// `attn_{q,k,v}.bias`, `attn_{q,k}_norm.weight`; and fused forms: `attn_qkv` (+ `.bias`)
+    /// for Q, K and V, `ffn_up` of gate and up rows without `ffn_gate`.
     pub(crate) required: &'static [&'static str],
     /// The feed-forward's gate activation.
     pub(crate) act: Act,
     /// The embedding is multiplied by √dim (Gemma).
     pub(crate) embed_scaled: bool,
-    /// Layer `l` is a sliding-window layer unless `(l + 1) % swa_pattern == 0` (0: no sliding
-    /// window); the window is `attention.sliding_window`.
+    /// Layer `l` is a sliding-window layer unless `(l + 1) % swa_pattern == 0`; the window is
+    /// `attention.sliding_window`. 0: no sliding window, and the key is not read (llama.cpp
+    /// ignores it for such an architecture: Phi-3's is disabled there).
     pub(crate) swa_pattern: usize,
     /// The local layers' RoPE base when the file does not say (`rope.freq_base_swa`).
     pub(crate) swa_rope_base: f64,
@@ -51,7 +54,7 @@ pub(crate) const LLAMA_LIKE: Arch = Arch {
 };
 
 /// Every architecture hotprefix runs.
-pub(crate) const ARCHITECTURES: &[&Arch] = &[&llama::LLAMA, &qwen2::QWEN2, &qwen3::QWEN3, &gemma3::GEMMA3];
+pub(crate) const ARCHITECTURES: &[&Arch] = &[&llama::LLAMA, &qwen2::QWEN2, &qwen3::QWEN3, &gemma3::GEMMA3, &phi3::PHI3];
 
 /// What the file's architecture uses beyond a plain llama block, as `hotprefix info` names it:
 /// the RoPE layout and scaling, biases, QK-norm, head width, the output head. Read from the
@@ -70,8 +73,15 @@ pub fn features(g: &Gguf) -> Vec<String> {
     if g.tensors.iter().any(|t| t.name == "rope_freqs.weight") {
         f.push("RoPE frequency factors (Llama-3 scaling)".into());
     }
+    if g.tensors.iter().any(|t| t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight") {
+        let orig = num("rope.scaling.original_context_length").or_else(|| num("context_length"));
+        f.push(format!("LongRoPE factors (long past a context of {})", orig.map_or("?".into(), |o| o.to_string())));
+    }
     if let Some(t) = g.get(&format!("{arch}.rope.scaling.type")).and_then(|v| v.as_str()) {
         f.push(format!("RoPE scaling {t}"));
+    }
+    if let Some(a) = g.get(&format!("{arch}.rope.scaling.attn_factor")).and_then(|v| v.as_f64()) {
+        f.push(format!("RoPE attention factor {a:.4}"));
     }
     let (dim, heads) = (num("embedding_length"), num("attention.head_count"));
     let hd = num("attention.key_length").or_else(|| Some(dim? / heads.filter(|h| *h > 0)?));
@@ -88,6 +98,12 @@ pub fn features(g: &Gguf) -> Vec<String> {
     if ["attn_q.bias", "attn_k.bias", "attn_v.bias"].iter().any(|s| has(s)) {
         f.push("Q/K/V biases".into());
     }
+    if has("attn_qkv.weight") {
+        f.push("fused Q|K|V".into());
+    }
+    if !has("ffn_gate.weight") && has("ffn_up.weight") {
+        f.push("fused gate|up".into());
+    }
     if has("attn_q_norm.weight") {
         f.push("QK-norm".into());
     }
@@ -103,7 +119,8 @@ pub fn features(g: &Gguf) -> Vec<String> {
         }
     }
     if let Some(w) = num("attention.sliding_window") {
-        match known.map(|a| a.swa_pattern).filter(|p| *p > 0) {
+        match known.map(|a| a.swa_pattern) {
+            Some(0) => f.push(format!("sliding window {w} declared, not applied (as llama.cpp)")),
             Some(p) => f.push(format!("sliding window {w} (every layer but each {p}th)")),
             None => f.push(format!("sliding window {w}")),
         }
