@@ -23,7 +23,14 @@ Every id below the largest is a token (`[PAD<id>]`, unused, where the vocabulary
 Shape (the minimal pattern of scripts/make-tiny-archs.py): width 64, 1 layer, 2 heads of 32, FFN
 128, F32 weights, the F16 embedding as the tied output head; seeded.
 
-usage: python make-spm-vocab.py VOCAB_DIR OUT.gguf [seed]
+With --space-prefix the same file says tokenizer.ggml.add_space_prefix = true (Llama-2's,
+Phi-3's and TinyLlama's SentencePiece files do) and carries Llama-2's chat template
+(`[INST] … [/INST]`, whose markers are plain text, so that a message's text joins the template's
+around it in one run): tiny-spm-prefix, whose chat prompts hold hotprefix's prompt encoding to
+llama.cpp's, where a space is prefixed at the start of each run of text after a special token,
+not at each message.
+
+usage: python make-spm-vocab.py VOCAB_DIR OUT.gguf [seed] [--space-prefix]
 """
 import json
 import re
@@ -32,8 +39,10 @@ import sys
 import numpy as np
 from gguf import GGUFWriter, TokenType
 
-vocab_dir, out = sys.argv[1:3]
-seed = int(sys.argv[3]) if len(sys.argv) > 3 else 20
+space_prefix = "--space-prefix" in sys.argv
+args = [a for a in sys.argv[1:] if a != "--space-prefix"]
+vocab_dir, out = args[:2]
+seed = int(args[2]) if len(args) > 2 else 20
 DIM, LAYERS, HEADS, KV, HD, FFN = 64, 1, 2, 2, 32, 128
 
 tj = json.load(open(f"{vocab_dir}/tokenizer.json", encoding="utf-8"))
@@ -92,8 +101,20 @@ w.add_unk_token_id(by_text["<unk>"])
 w.add_pad_token_id(by_text["<pad>"])
 w.add_add_bos_token(True)
 w.add_add_eos_token(False)
-w.add_add_space_prefix(False)
-w.add_chat_template(tc["chat_template"])
+w.add_add_space_prefix(space_prefix)
+# Llama-2-chat's template (its tokenizer_config.json), for --space-prefix.
+LLAMA2_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}"
+    "{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+    "{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
+)
+w.add_chat_template(LLAMA2_TEMPLATE if space_prefix else tc["chat_template"])
 
 rng = np.random.default_rng(seed)
 

@@ -58,12 +58,15 @@ impl Prompter<'_> {
             })
             .collect();
         let rendered = template.render(&marked, true)?;
-        let mut ids = Vec::new();
-        let mut contents: Vec<Option<std::ops::Range<usize>>> = vec![None; messages.len()];
+        // The template's text (its markers become control tokens) and the fields (plain text),
+        // in order; then encoded as one prompt.
+        let mut pieces: Vec<(&str, bool)> = Vec::new();
+        // For each field piece: (piece index, message, is content).
+        let mut fields: Vec<(usize, usize, bool)> = Vec::new();
         let mut named = vec![false; messages.len()];
         let mut rest = rendered.as_str();
         while let Some(at) = rest.find([CONTENT, NAME]) {
-            ids.extend(self.tokenizer.encode_with_special(&rest[..at])?);
+            pieces.push((&rest[..at], true));
             let kind = rest[at..].chars().next().unwrap_or(CONTENT);
             let tail = &rest[at + kind.len_utf8()..];
             let end = tail.find(END).ok_or_else(|| Error::Template("the chat template cut a message's field short".into()))?;
@@ -72,21 +75,30 @@ impl Prompter<'_> {
                 .ok()
                 .filter(|&i| i < messages.len())
                 .ok_or_else(|| Error::Template("the chat template altered a message's field".into()))?;
-            let start = ids.len();
-            if kind == CONTENT {
+            let field = if kind == CONTENT {
                 // llama.cpp's built-in templates trim contents (C's isspace).
-                let content = &messages[i].content;
-                let content =
-                    if template.trims_content() { content.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']) } else { content };
-                ids.extend(self.tokenizer.encode_text(content)?);
-                contents[i].get_or_insert(start..ids.len());
+                let content = messages[i].content.as_str();
+                if template.trims_content() {
+                    content.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r'])
+                } else {
+                    content
+                }
             } else {
-                ids.extend(self.tokenizer.encode_text(messages[i].name.as_deref().unwrap_or(""))?);
                 named[i] = true;
-            }
+                messages[i].name.as_deref().unwrap_or("")
+            };
+            fields.push((pieces.len(), i, kind == CONTENT));
+            pieces.push((field, false));
             rest = &tail[end + END.len_utf8()..];
         }
-        ids.extend(self.tokenizer.encode_with_special(rest)?);
+        pieces.push((rest, true));
+        let (mut ids, ranges) = self.tokenizer.encode_pieces(&pieces)?;
+        let mut contents: Vec<Option<std::ops::Range<usize>>> = vec![None; messages.len()];
+        for &(piece, i, is_content) in &fields {
+            if is_content {
+                contents[i].get_or_insert(ranges[piece].clone());
+            }
+        }
         if let Some(i) = (0..messages.len()).find(|&i| messages[i].name.is_some() && !named[i]) {
             return Err(Error::InvalidArgument(format!(
                 "messages[{i}].name: this model's chat template does not use names, so it would be lost"

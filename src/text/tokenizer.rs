@@ -20,10 +20,11 @@
 //! - [`Tokenizer::encode_with_special`] is for a rendered chat template, whose own markers must
 //!   become control tokens (llama.cpp's `parse_special = true`).
 //!
-//! For BPE, `tokenizers` 0.22 decides this per tokenizer instance (`set_encode_special_tokens(true)`
-//! makes its added-vocabulary pass skip special tokens, so their text reaches the BPE as plain
-//! text), so [`Tokenizer`] holds two otherwise identical instances, one per mode. For SPM the split
-//! around special tokens is [`Specials`], llama.cpp's `tokenizer_st_partition`.
+//! For both families the split around special tokens is [`Specials`], llama.cpp's
+//! `tokenizer_st_partition`; the text between special tokens then goes to the BPE (in the
+//! `tokenizers` crate, with `set_encode_special_tokens(true)` so that it splits no special token
+//! itself) or to [`Spm`]. [`Tokenizer::encode_pieces`] encodes a prompt made of pieces of both
+//! kinds (a chat template's text and the messages in it) as llama.cpp encodes their concatenation.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -60,6 +61,8 @@ fn err(msg: impl Into<String>) -> Error {
 #[derive(Clone)]
 pub struct Tokenizer {
     model: Model,
+    /// The split around special tokens (llama.cpp's, for both families).
+    specials: Specials,
     /// The bytes each token stands for: `bytes[offsets[i]..offsets[i + 1]]`.
     bytes: Vec<u8>,
     offsets: Vec<usize>,
@@ -73,17 +76,10 @@ pub struct Tokenizer {
 
 #[derive(Clone)]
 enum Model {
-    Bpe(Box<Bpe>),
+    /// Byte-level BPE in the `tokenizers` crate, for text without special tokens
+    /// (`set_encode_special_tokens(true)`: control-token text is plain text there).
+    Bpe(Box<tokenizers::Tokenizer>),
     Spm(Box<Spm>),
-}
-
-/// Byte-level BPE in the `tokenizers` crate, one instance per special-token mode.
-#[derive(Clone)]
-struct Bpe {
-    /// Control-token text is plain text (`set_encode_special_tokens(true)`).
-    plain: tokenizers::Tokenizer,
-    /// Control-token text becomes the control token.
-    special: tokenizers::Tokenizer,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -121,6 +117,12 @@ const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|
 /// ... and for Qwen2 and Qwen3 (`qwen2`, `LLAMA_VOCAB_PRE_TYPE_QWEN2`): each digit on its own.
 const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// ... and llama.cpp's `default` (`LLAMA_VOCAB_PRE_TYPE_DEFAULT`), applied one after another:
+/// runs of punctuation and `$+<=>^~|`, then GPT-2's regex (without its final `\s+`), then runs of
+/// digits, then digits in threes from the left.
+const DEFAULT_REGEXES: [&str; 4] =
+    [r"[\p{P}\$\+<=>\^~\|]+", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)", r"\p{N}+", r"[0-9][0-9][0-9]"];
+
 /// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` name, where hotprefix has it.
 fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
     let byte_level = ByteLevel::new(false, true, true);
@@ -138,9 +140,20 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
         "gpt-2" | "gpt2" => Ok(byte_level.into()),
         "llama-bpe" | "llama3" => split(LLAMA3_REGEX),
         "qwen2" => split(QWEN2_REGEX),
+        // llama.cpp's fallback (a file whose converter did not recognise its pre-tokenizer): four
+        // regexes, each splitting the pieces of the one before.
+        "default" => {
+            let mut steps = Vec::with_capacity(DEFAULT_REGEXES.len() + 1);
+            for regex in DEFAULT_REGEXES {
+                let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
+                    .map_err(|e| err(format!("the \"default\" pre-tokenizer regex: {e}")))?;
+                steps.push(split.into());
+            }
+            steps.push(ByteLevel::new(false, true, false).into());
+            Ok(Sequence::new(steps).into())
+        }
         other => Err(err(format!(
-            "tokenizer.ggml.pre = {other:?} is not supported (supported: \"smollm\", \"starcoder\", \"gpt-2\", \"llama-bpe\", \"qwen2\"); \
-             llama.cpp's \"default\" uses a different regex than GPT-2 and is not implemented"
+            "tokenizer.ggml.pre = {other:?} is not supported (supported: \"default\", \"smollm\", \"starcoder\", \"gpt-2\", \"llama-bpe\", \"qwen2\")"
         ))),
     }
 }
@@ -299,8 +312,8 @@ fn llama_cpp_type_fixups(g: &Gguf, id: &dyn Fn(&str) -> Option<usize>, types: &m
 }
 
 /// llama.cpp's `lstrip`/`rstrip` token attributes, which no GGUF key carries: llama.cpp sets them
-/// by the model's name (`general.name`), pre-tokenizer or architecture. Only the SentencePiece
-/// special-token split honours them here (see [`Specials`]). `(lstrip, rstrip)` per token.
+/// by the model's name (`general.name`), pre-tokenizer or architecture, whatever the family.
+/// `(lstrip, rstrip)` per token.
 fn llama_cpp_strip_attributes(g: &Gguf, id: &dyn Fn(&str) -> Option<usize>, types: &[u8]) -> Vec<(bool, bool)> {
     let mut strip = vec![(false, false); types.len()];
     let key = |k: &str| g.get(k).and_then(Value::as_str).unwrap_or("").to_string();
@@ -341,6 +354,23 @@ struct Special {
     only_when_special: bool,
     lstrip: bool,
     rstrip: bool,
+}
+
+/// [`Tokenizer::encode_pieces`] under way: the ids so far, the first and last piece each holds
+/// bytes of, the text since the last special token (by piece), and whether a special token came
+/// last.
+struct Encoding<'a> {
+    ids: Vec<u32>,
+    pieces: Vec<(usize, usize)>,
+    text: Vec<(usize, &'a str)>,
+    after_special: bool,
+}
+
+impl Default for Encoding<'_> {
+    fn default() -> Self {
+        // llama.cpp: "prefix with space if first token".
+        Encoding { ids: Vec::new(), pieces: Vec::new(), text: Vec::new(), after_special: true }
+    }
 }
 
 /// A piece of text after the special-token split: text still to tokenize, or a token.
@@ -447,7 +477,6 @@ struct Spm {
     scores: Vec<f32>,
     /// The token of each byte for byte fallback: `<0xXX>`, else the byte itself as a token.
     byte_ids: Vec<Option<u32>>,
-    specials: Specials,
     /// `tokenizer.ggml.add_space_prefix` (llama.cpp's default for SPM: true): a space before the
     /// text at the start and after each special token.
     add_space_prefix: bool,
@@ -496,36 +525,37 @@ struct Symbol {
 }
 
 impl Spm {
-    /// `parse_special`: llama.cpp's flag. Adds no BOS.
-    fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
-        let mut out = Vec::new();
-        // llama.cpp: "prefix with space if first token", and after each special token.
-        let mut prev_special = true;
-        for fragment in self.specials.split(text, parse_special)? {
-            match fragment {
-                Fragment::Text(t) => {
-                    let mut s = String::with_capacity(t.len() + 1);
-                    if self.add_space_prefix && prev_special {
-                        s.push(' ');
-                    }
-                    s.push_str(t);
-                    self.merge(&s.replace(' ', "\u{2581}"), &mut out)?;
-                    prev_special = false;
-                }
-                Fragment::Token(id) => {
-                    out.push(id);
-                    prev_special = true;
-                }
-            }
+    /// One fragment of text between special tokens, as llama.cpp's `tokenize_impl` tokenizes it: a
+    /// space first when `after_special` (the start, or after a special token) and the model adds
+    /// a space prefix, spaces escaped as `▁`, then the merge. Each token comes with the byte
+    /// offset in `text` where its symbol starts (the prefix space's at 0).
+    fn encode_fragment(&self, text: &str, after_special: bool, out: &mut Vec<(u32, usize)>) -> Result<()> {
+        let mut escaped = String::with_capacity(text.len() + 3);
+        // The byte of `text` each byte of `escaped` comes from.
+        let mut origin = Vec::with_capacity(text.len() + 3);
+        if self.add_space_prefix && after_special {
+            escaped.push(SPM_SPACE);
+            origin.extend([0; 3]);
         }
-        Ok(out)
+        for (i, c) in text.char_indices() {
+            let c = if c == ' ' { SPM_SPACE } else { c };
+            escaped.push(c);
+            origin.extend(std::iter::repeat_n(i, c.len_utf8()));
+        }
+        let first = out.len();
+        self.merge(&escaped, out)?;
+        for t in &mut out[first..] {
+            t.1 = origin.get(t.1).copied().unwrap_or(text.len());
+        }
+        Ok(())
     }
 
     /// llama.cpp's `llm_tokenizer_spm_session::tokenize` on one escaped text fragment: start from
     /// its UTF-8 characters, merge the best-scoring adjacent pair that is a token while one is,
     /// then emit each symbol's token, or its bytes' tokens where it is none (a symbol that is not
     /// a token is always a single character, so llama.cpp's `rev_merge` re-split never applies).
-    fn merge(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
+    /// Each token comes with the byte offset of its symbol in `text`.
+    fn merge(&self, text: &str, out: &mut Vec<(u32, usize)>) -> Result<()> {
         let mut symbols: Vec<Symbol> = text
             .char_indices()
             .enumerate()
@@ -569,13 +599,13 @@ impl Spm {
             let s = symbols[i];
             let t = piece(&symbols, i, s.len).ok_or_else(|| err("SentencePiece merge left a symbol off a character boundary"))?;
             match self.ids.get(t) {
-                Some(&id) => out.push(id),
+                Some(&id) => out.push((id, s.start)),
                 None => {
                     for b in t.bytes() {
                         let id = self.byte_ids[b as usize].ok_or_else(|| {
                             err(format!("{t:?} is not in the vocabulary, and neither is the byte token <0x{b:02X}> to spell it"))
                         })?;
-                        out.push(id);
+                        out.push((id, s.start));
                     }
                 }
             }
@@ -637,8 +667,8 @@ impl Tokenizer {
         let mut plain = tokenizers::Tokenizer::new(bpe);
         plain.with_pre_tokenizer(Some(pre));
         plain.with_decoder(Some(ByteLevel::default()));
-        // Control (and unknown) tokens are special: recognised only when parsing specials, like
-        // llama.cpp. User-defined tokens are always recognised, in both modes.
+        // The special-token split is `Specials`'; the BPE sees only the text between special
+        // tokens. Added tokens keep their ids whole; control-token text is plain text here.
         let added: Vec<AddedToken> = tokens
             .iter()
             .zip(&types)
@@ -649,9 +679,10 @@ impl Tokenizer {
             })
             .collect();
         plain.add_tokens(&added);
-        let mut special = plain.clone();
         plain.set_encode_special_tokens(true);
-        special.set_encode_special_tokens(false);
+        let ids: HashMap<&str, usize> = tokens.iter().enumerate().map(|(i, t)| (t.as_str(), i)).collect();
+        let strip = llama_cpp_strip_attributes(g, &|t| ids.get(t).copied(), &types);
+        let specials = Specials::new(&tokens, &types, &strip)?;
 
         let alphabet = byte_alphabet();
         let mut bytes = Vec::new();
@@ -673,7 +704,8 @@ impl Tokenizer {
             offsets.push(bytes.len());
         }
         Ok(Tokenizer {
-            model: Model::Bpe(Box::new(Bpe { plain, special })),
+            model: Model::Bpe(Box::new(plain)),
+            specials,
             bytes,
             offsets,
             types,
@@ -751,7 +783,8 @@ impl Tokenizer {
         }
         let add_space_prefix = optional_bool(g, "tokenizer.ggml.add_space_prefix", true)?;
         Ok(Tokenizer {
-            model: Model::Spm(Box::new(Spm { ids, scores, byte_ids, specials, add_space_prefix, unk })),
+            model: Model::Spm(Box::new(Spm { ids, scores, byte_ids, add_space_prefix, unk })),
+            specials,
             bytes,
             offsets,
             types,
@@ -785,14 +818,76 @@ impl Tokenizer {
     }
 
     fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        Ok(self.encode_pieces(&[(text, parse_special)])?.0)
+    }
+
+    /// Encodes a prompt made of `pieces` as llama.cpp encodes their concatenation, except that
+    /// control-token text becomes a control token only in the pieces flagged `true` (a chat
+    /// template's own text; never what a user typed). Each piece is split on special tokens
+    /// (llama.cpp's `parse_special` per piece); the text from one special token to the next is then
+    /// tokenized as one fragment even where it spans pieces, so that a piece boundary changes no
+    /// merge and no pre-token, and SentencePiece's space prefix comes only at the start and after a
+    /// special token. Returns the ids and, for each piece, the tokens that hold any of its bytes
+    /// (a token merged across a boundary counts for both pieces). Adds no BOS.
+    pub fn encode_pieces(&self, pieces: &[(&str, bool)]) -> Result<(Vec<u32>, Vec<std::ops::Range<usize>>)> {
+        let mut out = Encoding::default();
+        for (p, &(text, parse_special)) in pieces.iter().enumerate() {
+            for fragment in self.specials.split(text, parse_special)? {
+                match fragment {
+                    Fragment::Text(t) => out.text.push((p, t)),
+                    Fragment::Token(id) => {
+                        self.flush(&mut out)?;
+                        out.ids.push(id);
+                        out.pieces.push((p, p));
+                        out.after_special = true;
+                    }
+                }
+            }
+        }
+        self.flush(&mut out)?;
+        // Both ends of the tokens' piece spans grow with the token index.
+        let ranges = (0..pieces.len())
+            .map(|p| {
+                let start = out.pieces.partition_point(|&(_, last)| last < p);
+                start..out.pieces.partition_point(|&(first, _)| first <= p).max(start)
+            })
+            .collect();
+        Ok((out.ids, ranges))
+    }
+
+    /// Tokenizes the text gathered since the last special token as one fragment.
+    fn flush(&self, out: &mut Encoding<'_>) -> Result<()> {
+        if out.text.is_empty() {
+            return Ok(());
+        }
+        let mut run = String::new();
+        // (byte offset in `run`, piece) where each piece's text starts.
+        let mut marks = Vec::with_capacity(out.text.len());
+        for (p, t) in out.text.drain(..) {
+            marks.push((run.len(), p));
+            run.push_str(t);
+        }
+        let mut tokens = Vec::new();
         match &self.model {
             Model::Bpe(b) => {
-                let t = if parse_special { &b.special } else { &b.plain };
-                let enc = t.encode_fast(text, false).map_err(|e| err(format!("encoding failed: {e}")))?;
-                Ok(enc.get_ids().to_vec())
+                let enc = b.encode(run.as_str(), false).map_err(|e| err(format!("encoding failed: {e}")))?;
+                tokens.extend(enc.get_ids().iter().zip(enc.get_offsets()).map(|(&id, &(start, _))| (id, start)));
             }
-            Model::Spm(s) => s.encode(text, parse_special),
+            Model::Spm(s) => s.encode_fragment(&run, out.after_special, &mut tokens)?,
         }
+        // The piece holding byte `at` of the run.
+        let piece_at = |at: usize| {
+            let m = marks.partition_point(|&(offset, _)| offset <= at).saturating_sub(1);
+            marks.get(m).map_or(0, |&(_, p)| p)
+        };
+        for (i, &(id, start)) in tokens.iter().enumerate() {
+            // A token ends where the next one starts (the last at the end of the run).
+            let end = tokens[i + 1..].iter().map(|t| t.1).find(|&s| s > start).unwrap_or(run.len()).max(start + 1);
+            out.ids.push(id);
+            out.pieces.push((piece_at(start), piece_at(end - 1)));
+        }
+        out.after_special = false;
+        Ok(())
     }
 
     /// Decodes ids to text: the concatenated [`Tokenizer::token_bytes`] (control tokens as their
@@ -825,7 +920,7 @@ impl Tokenizer {
     /// SentencePiece's `"▁world"`).
     pub fn token_id(&self, token: &str) -> Option<u32> {
         match &self.model {
-            Model::Bpe(b) => b.special.token_to_id(token),
+            Model::Bpe(b) => b.token_to_id(token),
             Model::Spm(s) => s.ids.get(token).copied(),
         }
     }
