@@ -318,3 +318,20 @@ impl WebEngine {
 pub fn canonical_json(text: &str) -> Result<String, JsValue> {
     Ok(crate::lint::canonicalize_json_text(text).map_err(crate::Error::InvalidArgument)?)
 }
+
+/// What the GGUF file of `file_len` bytes whose first bytes are `header` holds and whether this
+/// build runs it, from its header alone (no GPU, no tensor data): `hotprefix info --json`'s object
+/// (`{architecture, name, features, parameters, tensors, formats, bytes, context, tokenizer,
+/// pre_tokenizer, chat_template, runs, refused}`), with `runs` from the header's share of a load
+/// (`preflight::check_header`). A `header` that ends before the header does fails with
+/// `GgufError`: read more and call again.
+#[wasm_bindgen(js_name = inspectModel)]
+pub fn inspect_model(header: &[u8], file_len: f64) -> Result<JsValue, JsValue> {
+    install_panic_hook();
+    if !(file_len.is_finite() && file_len >= 0.0 && file_len <= 2f64.powi(53)) {
+        return Err(crate::Error::InvalidArgument(format!("file length {file_len}")).into());
+    }
+    let g = Gguf::parse_header(header, file_len as u64)?;
+    let verdict = crate::preflight::check_header(&g).map(|_| ());
+    to_js(&crate::model::inspect::Summary::of(&g, file_len as u64, verdict))
+}

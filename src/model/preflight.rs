@@ -63,6 +63,60 @@ pub fn check_gguf(g: &Gguf, file: &dyn TensorBytes) -> Result<Checked> {
     Ok(Checked { config: cfg, tokenizer, template, gpu_weight_bytes: bytes })
 }
 
+/// The CPU side of a load that needs only the header `g` (the page's model picker reads no more
+/// before it loads): the tokenizer, the template, the config, and the same walk over the weights
+/// as the load, so every tensor's presence, format and shape, but with stand-in bytes (no
+/// matrix bytes; 1.0 for every value of a vector), so that what depends on tensor values (the
+/// weights' conversion, RoPE factors' signs) is left to the load. Fails with the error the load
+/// would fail with for a reason in the header.
+pub fn check_header(g: &Gguf) -> Result<Config> {
+    let (tokenizer, _) = text_side(g)?;
+    let cfg = Config::from_gguf(g)?;
+    let mut sink = Shapes;
+    let mut no_progress = |_, _| {};
+    {
+        let walk = std::pin::pin!(model::load_weights(g, &HeaderOnly, &cfg, &mut sink, &mut no_progress));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match walk.poll(&mut cx) {
+            std::task::Poll::Ready(r) => drop(r?),
+            std::task::Poll::Pending => return Err(Error::Model("the header check did not finish in one poll".into())),
+        }
+    }
+    check_vocab(&tokenizer, &cfg)?;
+    Ok(cfg)
+}
+
+/// [`check_header`]'s stand-in for the tensor data: an F32 vector reads as ones, a matrix as no
+/// bytes (the walk checks names, formats and shapes from the header; only [`Shapes`] sees these).
+struct HeaderOnly;
+
+impl TensorBytes for HeaderOnly {
+    fn tensor_bytes(&self, _g: &Gguf, t: &crate::model::gguf::TensorInfo) -> Result<Cow<'_, [u8]>> {
+        if t.ggml_type == Format::F32.ggml_type() && t.dims.len() == 1 {
+            let n = crate::model::gguf::fit::<usize>(t.dims[0]).ok_or_else(|| Error::Model(format!("{}: {:?}", t.name, t.dims)))?;
+            return Ok(Cow::Owned(1.0f32.to_le_bytes().repeat(n)));
+        }
+        Ok(Cow::Borrowed(&[]))
+    }
+}
+
+/// Each weight accepted as the walk hands it over.
+struct Shapes;
+
+impl model::Sink for Shapes {
+    type Matrix = ();
+    type Vector = ();
+    async fn matrix(&mut self, _name: &str, _format: Format, _bytes: Cow<'_, [u8]>, _n: usize, _k: usize) -> Result<()> {
+        Ok(())
+    }
+    async fn vector(&mut self, _name: &str, _v: Vec<f32>) -> Result<()> {
+        Ok(())
+    }
+    fn join(&mut self, _parts: Vec<()>) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// The first step of a load: the tokenizer from `tokenizer.ggml.*` and the chat template, if
 /// the file has one.
 pub(crate) fn text_side(g: &Gguf) -> Result<(Tokenizer, Option<ChatTemplate>)> {
@@ -174,6 +228,21 @@ mod tests {
                 Err(e) if e.to_string().contains(part) => {}
                 other => panic!("expected an error containing {part:?}, got {:?}", other.map(|c| c.config)),
             }
+            // The header alone tells the same: each case is in the header.
+            match check_header(&Gguf::parse(&file).unwrap()) {
+                Err(e) if e.to_string().contains(part) => {}
+                other => panic!("check_header: expected an error containing {part:?}, got {other:?}"),
+            }
         }
+    }
+
+    #[test]
+    fn the_header_check_reads_no_tensor_data() {
+        let file = tiny_gguf(1);
+        let g = Gguf::parse(&file).unwrap();
+        // The header and tensor table, then nothing: every tensor's data is past the end.
+        let header_len = g.tensors.iter().map(|t| t.offset).min().unwrap() as usize;
+        let header = Gguf::parse_header(&file[..header_len], file.len() as u64).unwrap();
+        assert_eq!(check_header(&header).unwrap(), check_model_cpu(&file).unwrap().config);
     }
 }
