@@ -1,12 +1,12 @@
 // One loaded engine, where it runs: in the dedicated worker (worker.js), or in the page with
 // `worker: false`. It loads the model into the wasm engine (download.js for the bytes), serves
 // requests one at a time from a queue, and saves and restores the cache in OPFS.
-import { Engine as WasmEngine } from './wasm/hotprefix.js';
+import { Engine as WasmEngine, inspectModel } from './wasm/hotprefix.js';
 import {
   HotprefixError, WebGPUUnavailableError, DeviceLostError, AbortError, InvalidRequestError,
 } from './errors.js';
 import { crashedError, engineError, guarded, isTrap, loadWasm } from './crash.js';
-import { digest, modelBytes, openCache } from './download.js';
+import { digest, modelBytes, openCache, readHeader } from './download.js';
 import { SAVED_DIR } from './names.js';
 
 function checkOptions(o) {
@@ -46,6 +46,20 @@ export class Core {
       adapter: this.adapter, contextSize: this.contextSize, wasmHeapBytes: this.exports.memory.buffer.byteLength,
       sha256: this.modelKey, restored: this.restored,
     };
+  }
+
+  /**
+   * What a model file holds and whether this build runs it, from its header alone: no GPU, and no
+   * more of the file than the header (`inspectModel` in index.js). `opts`: {model, wasmUrl}.
+   */
+  static async inspect(opts) {
+    await loadWasm(opts.wasmUrl);
+    if (crashedError()) throw crashedError();
+    try {
+      return await readHeader(opts.model, (bytes, size) => inspectModel(bytes, size));
+    } catch (e) {
+      throw e instanceof HotprefixError ? e : engineError(e, 'load');
+    }
   }
 
   /**

@@ -25,7 +25,12 @@ async function readBody(res, url, onProgress) {
   const declared = Number(res.headers.get('content-length'));
   const total = !encoded && Number.isSafeInteger(declared) && declared > 0 ? declared : null;
   if (!res.body) throw new ModelLoadError(`${url}: the response has no body`);
-  const reader = res.body.getReader();
+  return readStream(res.body, total, url, onProgress);
+}
+
+/** Reads a byte stream of `total` bytes (null: unknown) with progress. */
+async function readStream(body, total, url, onProgress) {
+  const reader = body.getReader();
   let bytes = null;
   let loaded = 0;
   try {
@@ -65,7 +70,9 @@ async function readBody(res, url, onProgress) {
 export async function modelBytes(model, onProgress, { skipCache = false } = {}) {
   if (model instanceof ArrayBuffer) return { bytes: new Uint8Array(model), url: null, cached: false };
   if (ArrayBuffer.isView(model)) return { bytes: new Uint8Array(model.buffer, model.byteOffset, model.byteLength), url: null, cached: false };
-  if (typeof model !== 'string') throw new InvalidRequestError('model must be a URL string, an ArrayBuffer or a Uint8Array');
+  // A File the user picked or dropped: read with progress, never cached (it has no URL).
+  if (isBlob(model)) return { bytes: await readStream(model.stream(), model.size, blobName(model), onProgress), url: null, cached: false };
+  if (typeof model !== 'string') throw new InvalidRequestError('model must be a URL string, a Blob (File), an ArrayBuffer or a Uint8Array');
   const url = model;
   const cache = skipCache ? null : await openCache();
   const hit = cache ? await cache.match(url) : undefined;
@@ -100,4 +107,82 @@ export async function digest(bytes, sha256, recorded, what) {
     throw new ModelLoadError(`${what}: integrity check failed: sha256 ${got}, expected ${sha256.toLowerCase()}`);
   }
   return got;
+}
+
+export const isBlob = (v) => typeof Blob !== 'undefined' && v instanceof Blob;
+const blobName = (b) => (typeof b.name === 'string' && b.name ? b.name : 'the model file');
+
+// The header of a GGUF file with a large vocabulary runs to several MB (Gemma-3's: ~6 MB); read
+// in growing prefixes until it parses.
+const FIRST_HEADER_READ = 4 << 20;
+
+/**
+ * The first `length` bytes of a model file and its size, without reading the rest: a slice of a
+ * Blob or buffer, Cache Storage's copy of a URL, or an HTTP Range request (a server that ignores
+ * Range sends the whole file: only the bytes needed are read, then the download is cancelled).
+ */
+export async function modelPrefix(model, length) {
+  if (model instanceof ArrayBuffer || ArrayBuffer.isView(model)) {
+    const all = model instanceof ArrayBuffer ? new Uint8Array(model) : new Uint8Array(model.buffer, model.byteOffset, model.byteLength);
+    return { bytes: all.subarray(0, length), size: all.length };
+  }
+  if (isBlob(model)) return { bytes: new Uint8Array(await model.slice(0, length).arrayBuffer()), size: model.size };
+  if (typeof model !== 'string') throw new InvalidRequestError('model must be a URL string, a Blob (File), an ArrayBuffer or a Uint8Array');
+  const hit = await (await openCache())?.match(model);
+  if (hit) {
+    const blob = await hit.blob();
+    return { bytes: new Uint8Array(await blob.slice(0, length).arrayBuffer()), size: blob.size };
+  }
+  let res;
+  try {
+    res = await fetch(model, { headers: { Range: `bytes=0-${length - 1}` } });
+  } catch (e) {
+    throw new ModelLoadError(`${model}: the request failed: ${e?.message ?? e}`, { cause: e });
+  }
+  if (!res.ok) throw new ModelLoadError(`${model}: HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''}`, { status: res.status });
+  let size = null;
+  if (res.status === 206) {
+    size = Number(/\/(\d+)\s*$/.exec(res.headers.get('content-range') ?? '')?.[1]);
+  } else if ((res.headers.get('content-encoding') ?? 'identity') === 'identity') {
+    size = Number(res.headers.get('content-length'));
+  }
+  if (!Number.isSafeInteger(size) || size <= 0) {
+    res.body?.cancel().catch(() => {});
+    throw new ModelLoadError(`${model}: the server does not say how large the file is (no Content-Range or Content-Length)`);
+  }
+  const want = Math.min(length, size);
+  const out = new Uint8Array(want);
+  let got = 0;
+  const reader = res.body.getReader();
+  try {
+    while (got < want) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      const take = Math.min(value.length, want - got);
+      out.set(value.subarray(0, take), got);
+      got += take;
+    }
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+  if (got < want) throw new ModelLoadError(`${model}: the response ended after ${got} of ${want} bytes`);
+  return { bytes: out, size };
+}
+
+/**
+ * Reads the header of `model` in growing prefixes and hands each to `parse(bytes, size)` until it
+ * parses (a `GgufError` on a prefix shorter than the file: read more).
+ */
+export async function readHeader(model, parse) {
+  let length = FIRST_HEADER_READ;
+  for (;;) {
+    const { bytes, size } = await modelPrefix(model, length);
+    try {
+      return parse(bytes, size);
+    } catch (e) {
+      const magic = bytes.length >= 4 && bytes[0] === 0x47 && bytes[1] === 0x47 && bytes[2] === 0x55 && bytes[3] === 0x46;
+      if (e?.name !== 'GgufError' || !magic || bytes.length >= size) throw e;
+      length = Math.min(size, length * 4);
+    }
+  }
 }

@@ -29,6 +29,8 @@ export class Host {
       this.core = await Core.load(args, (progress) => onEvent?.({ type: 'progress', progress }));
       return this.core.info();
     }
+    // Needs no loaded model: the file's header, read and described.
+    if (op === OP.inspect) return Core.inspect(args);
     if (op === OP.unload) {
       const core = this.core;
       this.core = null;

@@ -11,9 +11,40 @@ export interface LoadProgress {
   cached?: boolean;
 }
 
+/** Where a model file comes from. */
+export type ModelSource = string | URL | Blob | ArrayBuffer | Uint8Array;
+
+/** What `inspectModel` reads from a model file's header. */
+export interface ModelSummary {
+  /** `general.architecture` (`llama`, `qwen2`, `qwen3`, `gemma3`, `phi3`, …). */
+  architecture: string | null;
+  /** `general.name`. */
+  name: string | null;
+  /** What the file's architecture uses beyond a plain llama block, in words. */
+  features: string[];
+  parameters: number;
+  tensors: number;
+  /** Tensors and values by ggml type (`Q4_K`, `Q8_0`, `F32`, …). */
+  formats: Array<{ type: string; ggml_type: number; tensors: number; values: number }>;
+  /** The file's size. */
+  bytes: number;
+  /** The trained context. */
+  context: number | null;
+  /** `gpt2` (byte-level BPE) or `llama` (SentencePiece). */
+  tokenizer: string | null;
+  pre_tokenizer: string | null;
+  /** Which chat template chat requests use: the file's own, a built-in one, or none. */
+  chat_template: string;
+  /** Whether this build runs the file (from the header; the load checks the tensor values too). */
+  runs: boolean;
+  /** If not, the first reason. */
+  refused: string | null;
+}
+
 export interface CreateEngineOptions {
-  /** The GGUF model: a URL (fetched once, then kept in Cache Storage) or its bytes. */
-  model: string | URL | ArrayBuffer | Uint8Array;
+  /** The GGUF model: a URL (fetched once, then kept in Cache Storage), a File or Blob (a file
+   * the user picked or dropped; read into memory, not cached) or its bytes. */
+  model: ModelSource;
   /** Expected SHA-256 of the file, 64 hex digits; a mismatch is a ModelLoadError. */
   sha256?: string;
   onProgress?: (p: LoadProgress) => void;
@@ -237,6 +268,11 @@ export interface Engine {
 }
 
 export function createEngine(options: CreateEngineOptions): Promise<Engine>;
+
+/** What a model file holds and whether this build runs it, from its header alone (an HTTP Range
+ * request for a URL, a slice of a File): no GPU, no download of the weights. A file that is not
+ * GGUF or cannot be read rejects with ModelLoadError. */
+export function inspectModel(model: ModelSource, options?: { worker?: boolean }): Promise<ModelSummary>;
 
 /** Keys sorted by code point at every depth, no whitespace: equal values give equal text. */
 export function canonicalJSON(value: unknown): string | undefined;

@@ -303,8 +303,43 @@ class ChunkStream {
   }
 }
 
+const isBlob = (v) => typeof Blob !== 'undefined' && v instanceof Blob;
+
+// A model source as the worker gets it: a URL resolved against the page, or the bytes or Blob.
+function modelSource(model) {
+  if (typeof model === 'string' || model instanceof URL) {
+    try {
+      return new URL(String(model), globalThis.location?.href).href; // the worker resolves against its own URL
+    } catch {
+      throw new InvalidRequestError(`model: not a URL: ${model}`);
+    }
+  }
+  if (isBlob(model) || model instanceof ArrayBuffer || ArrayBuffer.isView(model)) return model;
+  throw new InvalidRequestError('model must be a URL, a Blob (File), an ArrayBuffer or a Uint8Array');
+}
+
 /**
- * Loads a model and returns its engine. Options: `model` (URL or ArrayBuffer/Uint8Array), `sha256`
+ * What a GGUF model file holds and whether this build runs it, read from its header alone (a few
+ * MB: an HTTP Range request for a URL, a slice of a File), without a GPU and without loading it:
+ * `{architecture, name, features, parameters, tensors, formats: [{type, ggml_type, tensors,
+ * values}], bytes, context, tokenizer, pre_tokenizer, chat_template, runs, refused}`. `runs` is
+ * the header's verdict (everything but the tensor values, which the load checks). A file that is
+ * not GGUF, or cannot be read, is a ModelLoadError. Options: `worker` (default true: the wasm
+ * runs in a short-lived worker).
+ */
+export async function inspectModel(model, { worker = true } = {}) {
+  if (model == null) throw new InvalidRequestError('inspectModel() takes a model: a URL, a Blob (File) or bytes');
+  const source = modelSource(model);
+  const backend = worker === false ? new LocalBackend() : new WorkerBackend();
+  try {
+    return await backend.call(OP.inspect, { model: source });
+  } finally {
+    backend.close();
+  }
+}
+
+/**
+ * Loads a model and returns its engine. Options: `model` (URL, Blob/File, or ArrayBuffer/Uint8Array), `sha256`
  * (hex), `onProgress({phase, loaded, total})`, `worker` (default true), `kvBudgetMB`,
  * `contextSize`, `pageSize` (positions per KV page, default 16), `modelId` (the `model` field of
  * results).
@@ -312,20 +347,12 @@ class ChunkStream {
 export async function createEngine(options = {}) {
   if (!options || typeof options !== 'object') throw new InvalidRequestError('createEngine() takes an options object');
   const { model, sha256, onProgress, worker = true, kvBudgetMB, contextSize, pageSize, modelId, restoreCache = false } = options;
-  if (model == null) throw new InvalidRequestError('options.model is required: a URL or an ArrayBuffer');
+  if (model == null) throw new InvalidRequestError('options.model is required: a URL, a Blob (File) or the bytes');
   if (onProgress != null && typeof onProgress !== 'function') throw new InvalidRequestError('onProgress must be a function');
-  let source = model;
+  const source = modelSource(model);
   let id = modelId;
-  if (typeof model === 'string' || model instanceof URL) {
-    try {
-      source = new URL(String(model), globalThis.location?.href).href; // the worker resolves against its own URL
-    } catch {
-      throw new InvalidRequestError(`model: not a URL: ${model}`);
-    }
-    id ??= decodeURIComponent(new URL(source).pathname.split('/').pop() || 'model').replace(/\.gguf$/i, '');
-  } else if (!(model instanceof ArrayBuffer || ArrayBuffer.isView(model))) {
-    throw new InvalidRequestError('options.model must be a URL, an ArrayBuffer or a Uint8Array');
-  }
+  if (typeof source === 'string') id ??= decodeURIComponent(new URL(source).pathname.split('/').pop() || 'model').replace(/\.gguf$/i, '');
+  else if (isBlob(source)) id ??= (typeof source.name === 'string' && source.name ? source.name : 'model').replace(/\.gguf$/i, '');
   const backend = worker === false ? new LocalBackend() : new WorkerBackend();
   try {
     const info = await backend.call(OP.load, { model: source, sha256, kvBudgetMB, contextSize, pageSize, restoreCache: restoreCache === true }, {

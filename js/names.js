@@ -10,6 +10,7 @@ export const SAVED_DIR = 'hotprefix-kv';
  * and what Host dispatches on (host.js). One table, so that no side spells one differently. */
 export const OP = Object.freeze({
   load: 'load',
+  inspect: 'inspect',
   unload: 'unload',
   chat: 'chat',
   stats: 'stats',

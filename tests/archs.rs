@@ -32,6 +32,23 @@ fn gemma3_270m_agrees_with_llama_cpp() {
     data_set::check_set("archs", "gemma3");
 }
 
+/// The header alone (what the page's model picker reads) gives every architecture file the
+/// verdict and config of the whole CPU load: NEOX permutations, fused tensors, biases, norms.
+#[test]
+fn the_header_check_agrees_with_the_cpu_load_on_every_architecture() {
+    let files = data_set::data("archs", "files.json");
+    for (stem, f) in files.as_object().expect("files") {
+        let path = common::root().join("models/archs").join(f["file"].as_str().expect("file"));
+        let file = std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+        let g = hotprefix::gguf::Gguf::parse(&file).unwrap();
+        let header_len = g.tensors.iter().map(|t| t.offset).min().unwrap_or(0) as usize;
+        let header = hotprefix::gguf::Gguf::parse_header(&file[..header_len], file.len() as u64).unwrap();
+        let full = hotprefix::preflight::check_model_cpu(&file).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        let from_header = hotprefix::preflight::check_header(&header).unwrap_or_else(|e| panic!("{stem}: the header check: {e}"));
+        assert_eq!(from_header, full.config, "{stem}");
+    }
+}
+
 /// Random prompts of the file's own vocabulary split at random points over pages of 4: prewarm
 /// the head, then run the whole prompt. Exactly the head is cached, and the last logits and the
 /// greedy tokens are a cold run's, bit for bit.

@@ -2,10 +2,11 @@
 // package's public API (./pkg is the built package: scripts/demo.sh links it here).
 //
 // URL parameters: ?model=tiny (the tiny test model, for tests) or ?model=URL (any GGUF file the
-// page may fetch, in any supported weight format, e.g. ./models/formats/tiny-Q4_K_M.gguf),
+// page may fetch, in any supported weight format, e.g. ./models/formats/tiny-Q4_K_M.gguf; the
+// model picker under the header chooses another at run time: a URL, or a file opened or dropped),
 // ?max_tokens=N (default 200),
 // ?kv_mb=N (KV budget, default 128), ?bench (run the benchmark after loading).
-import { createEngine, canonicalJSON, WebGPUUnavailableError } from './pkg/index.js';
+import { createEngine, inspectModel, canonicalJSON, WebGPUUnavailableError } from './pkg/index.js';
 import { benchRequests } from './bench.js';
 
 const params = new URLSearchParams(location.search);
@@ -24,6 +25,8 @@ let engine = null;
 let history = [];       // this chat's turns after the system message: append-only
 let running = null;     // the AbortController of the request in flight
 let lastDiagnosis = null;
+let candidate = null;   // the model file the picker checked and this build runs: {source, label}
+let checks = 0;         // files checked so far: a summary shows only the latest one's
 
 // The layout the cache rewards: what never changes first (instructions, then the document),
 // what changes (the questions) after it.
@@ -39,10 +42,12 @@ function progress({ phase, loaded, total, cached }) {
   $('progress').value = total ? loaded / total : 0;
 }
 
+const openModel = (model) => createEngine({ model, onProgress: progress, kvBudgetMB: KV_MB, contextSize: 4096, restoreCache: true });
+
 async function load() {
   state('loading');
   try {
-    engine = await createEngine({ model: MODEL_URL, onProgress: progress, kvBudgetMB: KV_MB, contextSize: 4096, restoreCache: true });
+    engine = await openModel(MODEL_URL);
   } catch (e) {
     state(e instanceof WebGPUUnavailableError ? 'no-webgpu' : 'error');
     $('load-status').textContent = e instanceof WebGPUUnavailableError
@@ -50,16 +55,114 @@ async function load() {
       : `Could not load the model: ${e.name}: ${e.message}`;
     return;
   }
+  loaded();
+  await showCache();
+  const asked = checks;
+  inspectModel(MODEL_URL).then((s) => { if (checks === asked) showSummary(s, engine.model, false); }).catch(() => {});
+  if (params.has('bench')) await bench();
+}
+
+// After a load: the status line (and what the saved cache gave back), the buttons.
+function loaded() {
   const r = engine.cache.restored;
   let note = '';
   if (r?.warning) note = ` The saved cache was not used: ${r.warning.replace(/^the saved cache was not used: /, '')}`;
   else if (r) note = ` Restored ${fmt(r.prefixes)} cached prefix${r.prefixes === 1 ? '' : 'es'} (${fmt(r.tokens)} tokens, ${mb(r.bytes)}) saved before the last reload.`;
   $('load-status').textContent = `Loaded ${engine.model} on ${engine.adapter}.${note}`;
   $('load-status').dataset.restored = r ? (r.warning ? 'warning' : 'yes') : 'none';
+  $('model-name').textContent = engine.model;
   for (const id of ['send', 'prewarm', 'wrong', 'new-chat', 'forget']) $(id).disabled = false;
   state('ready');
+}
+
+// ---- the model picker: another GGUF file, checked from its header before it loads --------------
+
+const plural = (n, w) => `${fmt(n)} ${w}${n === 1 ? '' : 's'}`;
+
+// The file's summary (inspectModel's) under the picker; `candidate`: offer to load it.
+function showSummary(s, label, offer = true) {
+  const el = $('model-summary');
+  el.replaceChildren();
+  el.dataset.runs = s.runs ? 'yes' : 'no';
+  const verdict = Object.assign(document.createElement('p'), { className: 'verdict' });
+  verdict.textContent = s.runs ? `${label}: this build runs it.` : `${label}: this build does not run it. ${s.refused}`;
+  const dl = document.createElement('dl');
+  const row = (k, v) => { if (v == null || v === '') return; dl.append(Object.assign(document.createElement('dt'), { textContent: k }), Object.assign(document.createElement('dd'), { textContent: v })); };
+  row('name', s.name);
+  row('architecture', s.architecture);
+  row('parameters', `${fmt(s.parameters / 1e6, 1)} M in ${plural(s.tensors, 'tensor')}`);
+  row('weights', s.formats.map((f) => `${f.type} × ${f.tensors}`).join(', '));
+  row('size', mb(s.bytes));
+  row('context', s.context == null ? null : `${fmt(s.context)} positions`);
+  row('tokenizer', s.tokenizer == null ? null : `${s.tokenizer}${s.pre_tokenizer ? ` (${s.pre_tokenizer})` : ''}`);
+  row('chat template', s.chat_template);
+  row('features', s.features.join(', '));
+  el.append(verdict, dl);
+  el.dataset.architecture = s.architecture ?? '';
+  $('model-load').hidden = !(offer && s.runs);
+}
+
+async function check(source, label) {
+  const mine = ++checks;
+  candidate = null;
+  $('model-load').hidden = true;
+  const el = $('model-summary');
+  delete el.dataset.runs;
+  el.textContent = `Reading the header of ${label}…`;
+  try {
+    const s = await inspectModel(source);
+    if (mine !== checks) return;
+    showSummary(s, label);
+    if (s.runs) candidate = { source, label };
+  } catch (e) {
+    if (mine !== checks) return;
+    el.dataset.runs = 'no';
+    el.textContent = '';
+    el.append(Object.assign(document.createElement('p'), { className: 'verdict', textContent: `${label}: ${e.name}: ${e.message}` }));
+  }
+}
+
+// Loads the checked model; the current one keeps answering until the new one is ready, and stays
+// if the new one fails to load.
+async function switchModel() {
+  if (!candidate || running) return;
+  const { source, label } = candidate;
+  $('model-load').hidden = true;
+  for (const id of ['send', 'prewarm', 'wrong', 'new-chat', 'forget']) $(id).disabled = true;
+  state('loading');
+  try {
+    const next = await openModel(source);
+    const old = engine;
+    engine = next;
+    await old?.unload().catch(() => {});
+    newChat();
+    lastDiagnosis = null;
+    $('diagnosis').textContent = 'No miss yet.';
+    candidate = null;
+    loaded();
+  } catch (e) {
+    const el = $('model-summary');
+    el.dataset.runs = 'no';
+    el.append(Object.assign(document.createElement('p'), { className: 'verdict', textContent: `Could not load ${label}: ${e.name}: ${e.message}` }));
+    if (engine) {
+      $('load-status').textContent = `Still on ${engine.model}: ${label} did not load.`;
+      for (const id of ['send', 'prewarm', 'wrong', 'new-chat', 'forget']) $(id).disabled = false;
+      state('ready');
+    } else {
+      state('error');
+    }
+  }
   await showCache();
-  if (params.has('bench')) await bench();
+}
+
+function pickFile(f) {
+  if (!f) return;
+  if (!/\.gguf$/i.test(f.name)) {
+    $('model-summary').dataset.runs = 'no';
+    $('model-summary').textContent = `${f.name}: not a .gguf file`;
+    return;
+  }
+  check(f, f.name);
 }
 
 // ---- chat ------------------------------------------------------------------------------------
@@ -298,6 +401,16 @@ async function bench() {
 // ---- start -----------------------------------------------------------------------------------
 
 $('ask').addEventListener('submit', send);
+$('model-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const url = $('model-url').value.trim();
+  if (url) check(new URL(url, location.href).href, url);
+});
+$('model-file').addEventListener('change', (e) => pickFile(e.target.files?.[0]));
+$('model-load').addEventListener('click', switchModel);
+$('model').addEventListener('dragover', (e) => { e.preventDefault(); $('model').classList.add('drop'); });
+$('model').addEventListener('dragleave', () => $('model').classList.remove('drop'));
+$('model').addEventListener('drop', (e) => { e.preventDefault(); $('model').classList.remove('drop'); pickFile(e.dataTransfer?.files?.[0]); });
 $('message').addEventListener('keydown', (e) => { if (e.key === 'Enter' && !e.shiftKey) send(e); });
 $('stop').addEventListener('click', () => running?.abort());
 $('prewarm').addEventListener('click', prewarm);

@@ -71,7 +71,8 @@ pub(crate) fn fused_bytes<'a>(
         };
         let n = n.ok_or_else(|| Error::Model(format!("{name}: {:?} rows overflow", t.dims)))?;
         let mut data = file.tensor_bytes(g, t)?;
-        if let (rows @ 1.., Some(order)) = (*permute, order) {
+        // (No bytes: the header-only check, `preflight::check_header`, has nothing to permute.)
+        if let (rows @ 1.., Some(order), false) = (*permute, order, data.is_empty()) {
             let rows = rows.min(n);
             if rows == 0 || !rows.is_multiple_of(order.len()) || !data.len().is_multiple_of(n) {
                 return Err(Error::Model(format!("{name}: {rows} rows are not whole heads of {}", order.len())));
@@ -117,6 +118,9 @@ pub(crate) fn neox_order(hd: usize, n_rot: usize) -> Vec<usize> {
 /// `data` (whole heads of `order.len()` units of `unit` elements) with each head's units in `order`.
 fn by_head<T: Copy>(data: &[T], unit: usize, order: &[usize]) -> Vec<T> {
     let head = unit * order.len();
+    if head == 0 {
+        return data.to_vec();
+    }
     let mut out = Vec::with_capacity(data.len());
     for h in data.chunks_exact(head) {
         for &j in order {

@@ -105,6 +105,80 @@ test('a K-quant file (Q4_K and Q6_K weights in every role) loads and answers thr
   assert.ok(r.again.usage.prompt_tokens_details.cached_tokens >= r.first.usage.prompt_tokens - 1, JSON.stringify(r.again.usage));
 });
 
+// The tiny model with its architecture renamed (`general.architecture` = "llamx", the same length):
+// a well-formed GGUF this build does not run.
+function renamedArchitecture(bytes) {
+  const key = Buffer.from('general.architecture');
+  const at = bytes.indexOf(key);
+  assert.ok(at > 0, 'general.architecture in the tiny model');
+  const out = Buffer.from(bytes);
+  // key, then the value's type (u32 8: string) and length (u64 5), then "llama".
+  const value = at + key.length + 4 + 8;
+  assert.equal(out.subarray(value, value + 5).toString(), 'llama');
+  out[value + 4] = 'x'.charCodeAt(0);
+  return out;
+}
+
+test('inspectModel reads a file\'s header only, says whether it runs and why not; a File loads and answers', { timeout: 300_000 }, async () => {
+  const gemma = '/models/gemma-3-270m-q4_k_m.gguf';
+  assert.ok(existsSync(join(ROOT, 'models/gemma-3-270m-q4_k_m.gguf')), 'run scripts/fetch-gemma.sh');
+  server.sent.delete(gemma);
+  const r = await page.evaluate(async ({ gemma, tiny, renamed }) => {
+    const { inspectModel, createEngine } = window.hotprefix;
+    const settle = (p) => p.then((v) => ({ v }), (e) => ({ e: { name: e.name, message: e.message } }));
+    const big = await inspectModel(gemma);
+    const url = await inspectModel('/models/tiny-llama.gguf');
+    const bad = await inspectModel(new File([new Uint8Array(renamed)], 'renamed.gguf'));
+    const badLoad = await settle(createEngine({ model: new File([new Uint8Array(renamed)], 'renamed.gguf'), kvBudgetMB: 8 }));
+    const notModel = await settle(inspectModel('/bad/not-a-model.gguf'));
+    const engine = await createEngine({ model: new File([new Uint8Array(tiny)], 'tiny-from-disk.gguf'), kvBudgetMB: 8 });
+    try {
+      const a = await engine.chat.completions.create({ messages: [{ role: 'user', content: 'Hello there' }], max_tokens: 4 });
+      return { big, url, bad, badLoad, notModel, model: a.model, tokens: a.usage.completion_tokens };
+    } finally {
+      await engine.unload();
+    }
+  }, { gemma, tiny: [...tinyBytes], renamed: [...renamedArchitecture(tinyBytes)] });
+  // Gemma-3-270m: a 253 MB file, of which only the header (~6 MB, two reads) crossed the wire.
+  assert.equal(r.big.architecture, 'gemma3');
+  assert.equal(r.big.runs, true, r.big.refused);
+  assert.equal(r.big.tokenizer, 'llama');
+  assert.match(r.big.chat_template, /built-in gemma/);
+  assert.deepEqual(r.big.formats.map((f) => f.type), ['F32', 'Q5_0', 'Q8_0', 'Q4_K', 'Q6_K']);
+  assert.ok(r.big.bytes > 250_000_000, `${r.big.bytes}`);
+  const sent = server.sent.get(gemma) ?? 0;
+  assert.ok(sent > 0 && sent <= 20 << 20, `${sent} bytes of the model were sent for its header`);
+  assert.equal(r.url.architecture, 'llama');
+  assert.equal(r.url.runs, true);
+  assert.equal(r.bad.runs, false);
+  assert.match(r.bad.refused, /architecture "llamx"/);
+  assert.equal(r.badLoad.e?.name, 'ModelLoadError', JSON.stringify(r.badLoad));
+  assert.equal(r.notModel.e?.name, 'ModelLoadError', JSON.stringify(r.notModel));
+  assert.equal(r.model, 'tiny-from-disk');
+  assert.ok(r.tokens > 0);
+});
+
+test('Gemma-3-270m (SentencePiece, sliding window, a 262,144-row head split over bindings) answers through the package', { timeout: 900_000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const engine = await window.hotprefix.createEngine({ model: '/models/gemma-3-270m-q4_k_m.gguf', kvBudgetMB: 16, contextSize: 256 });
+    try {
+      const ask = () => engine.chat.completions.create({ messages: [{ role: 'user', content: 'The capital of France is' }], max_tokens: 3 });
+      const first = await ask();
+      const again = await ask();
+      return { first, again };
+    } finally {
+      await engine.unload();
+      await (await caches.open(window.hotprefix.MODEL_CACHE)).delete('/models/gemma-3-270m-q4_k_m.gguf'); // the later tests count entries
+    }
+  });
+  console.log(`gemma3-270m: ${JSON.stringify(r.first.choices[0].message.content)}, ${JSON.stringify(r.first.usage)}, ${JSON.stringify(r.first.hotprefix.timings)}`);
+  assert.equal(r.first.model, 'gemma-3-270m-q4_k_m');
+  assert.equal(r.first.usage.completion_tokens, 3);
+  assert.ok(r.first.choices[0].message.content.length > 0);
+  assert.equal(r.again.choices[0].message.content, r.first.choices[0].message.content, 'greedy: the same answer');
+  assert.equal(r.again.usage.prompt_tokens_details.cached_tokens, r.first.usage.prompt_tokens - 1);
+});
+
 test('loads with progress, answers plain and streamed requests in a worker, and reuses the shared prefix', { timeout: 300_000 }, async () => {
   const r = await page.evaluate(async () => {
     const { createEngine } = window.hotprefix;

@@ -7,7 +7,7 @@
 // Screenshots go to target/page-test/.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { serve, CHROMIUM, corruptSavedCache } from './serve.mjs';
@@ -168,6 +168,64 @@ test('a K-quant file answers in the demo, and its second question hits the cache
     console.log(`K-quant: first ${JSON.stringify(first)}\nsecond ${JSON.stringify(second)}`);
     assert.ok(Number(first.prompt) > 50 && Number(first.cached) === 0, `a cold answer over the document: ${JSON.stringify(first)}`);
     assert.ok(Number(second.cached) >= Number(first.prompt) - 2, `the document and first turn were reused: ${JSON.stringify(second)}`);
+    assert.deepEqual(pageErrors, []);
+  } finally {
+    await p.close();
+  }
+});
+
+test('the model picker: a file this build does not run is explained and the page keeps answering; Gemma-3-270m, checked from its header, loads in its place and answers', { timeout: 1_500_000 }, async () => {
+  const p = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  const pageErrors = [];
+  p.on('pageerror', (e) => pageErrors.push(String(e)));
+  const askOn = async (q) => {
+    const n = await p.$$eval('.msg.assistant .meta', (m) => m.length);
+    await p.fill('#message', q);
+    await p.click('#send');
+    await p.waitForFunction((k) => document.querySelectorAll('.msg.assistant .meta').length > k && document.body.dataset.state === 'ready', n, { timeout: 900_000 });
+    return p.$eval('.msg.assistant:last-of-type .meta', (m) => ({ ...m.dataset, text: m.parentElement.firstChild.textContent }));
+  };
+  try {
+    await p.goto(`${server.url}?model=tiny&max_tokens=3&kv_mb=16`);
+    await p.waitForFunction(() => ['ready', 'error', 'no-webgpu'].includes(document.body.dataset.state), null, { timeout: 600_000 });
+    assert.equal(await p.evaluate(() => document.body.dataset.state), 'ready', await p.textContent('#load-status'));
+    await p.fill('#doc', DOC); // the tiny model's context is 1,024 positions
+    await p.dispatchEvent('#doc', 'change');
+    await p.click('#model summary');
+    // The tiny model with its architecture renamed: a good GGUF of an architecture this build lacks.
+    const tiny = readFileSync(`${MODELS}/tiny-llama.gguf`);
+    const key = tiny.indexOf(Buffer.from('general.architecture'));
+    const renamed = Buffer.from(tiny);
+    renamed[key + 'general.architecture'.length + 12 + 4] = 'x'.charCodeAt(0); // "llama" -> "llamx"
+    await p.setInputFiles('#model-file', { name: 'renamed.gguf', mimeType: 'application/octet-stream', buffer: renamed });
+    await p.waitForFunction(() => document.getElementById('model-summary').dataset.runs && /renamed\.gguf/.test(document.getElementById('model-summary').textContent), null, { timeout: 60_000 });
+    assert.equal(await p.$eval('#model-summary', (e) => e.dataset.runs), 'no');
+    assert.match(await p.textContent('#model-summary'), /does not run it\. .*architecture "llamx"/);
+    assert.equal(await p.$eval('#model-load', (b) => b.hidden), true, 'no load offered');
+    assert.equal(await p.textContent('#model-name'), 'tiny-llama');
+    const still = await askOn('Is the page still working?');
+    assert.ok(Number(still.prompt) > 0, 'the loaded model still answers');
+
+    // Gemma-3-270m by URL: its header is read (architecture, formats, the built-in template), then it loads.
+    await p.fill('#model-url', './models/gemma-3-270m-q4_k_m.gguf');
+    await p.click('#model-check');
+    await p.waitForFunction(() => document.getElementById('model-summary').dataset.runs && /gemma-3-270m/.test(document.getElementById('model-summary').textContent), null, { timeout: 120_000 });
+    assert.equal(await p.$eval('#model-summary', (e) => e.dataset.runs), 'yes', await p.textContent('#model-summary'));
+    const summary = await p.textContent('#model-summary');
+    assert.match(summary, /gemma3/);
+    assert.match(summary, /Q4_K × 27/);
+    assert.match(summary, /built-in gemma/);
+    await p.screenshot({ path: `${OUT}/demo-model-picker.png`, fullPage: true });
+    await p.click('#model-load');
+    await p.waitForFunction(() => document.getElementById('model-name').textContent === 'gemma-3-270m-q4_k_m' && document.body.dataset.state === 'ready', null, { timeout: 900_000 });
+    assert.equal(await p.$$eval('.msg', (m) => m.length), 0, 'a new model starts a new chat');
+    await p.fill('#system', 'Answer in a few words.');
+    await p.fill('#doc', 'The Harbour Canal is 38 kilometres long.');
+    await p.dispatchEvent('#doc', 'change');
+    const a = await askOn('How long is the canal?');
+    console.log(`gemma in the demo: ${JSON.stringify(a)}`);
+    assert.ok(Number(a.prompt) > 20 && a.text.length > 0, JSON.stringify(a));
+    await p.screenshot({ path: `${OUT}/demo-gemma.png`, fullPage: true });
     assert.deepEqual(pageErrors, []);
   } finally {
     await p.close();

@@ -6,9 +6,11 @@ import { extname, join, normalize } from 'node:path';
 const TYPES = { '.gguf': 'application/octet-stream', '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json', '.css': 'text/css' };
 
 // `mounts` maps URL prefixes (e.g. '/models/') to other folders; `routes` maps exact paths to
-// handlers `(req, res) => …`. `hits` counts the requests for each path.
+// handlers `(req, res) => …`. `hits` counts the requests for each path, `sent` the body bytes.
+// A `Range: bytes=a-b` request gets a 206 with that part of a file (as static hosts answer).
 export async function serve(root, mounts = {}, routes = {}) {
   const hits = new Map();
+  const sent = new Map();
   const server = createServer(async (req, res) => {
     const path = normalize(decodeURIComponent(new URL(req.url, 'http://x').pathname)).replace(/^(\.\.[/\\])+/, '');
     hits.set(path, (hits.get(path) ?? 0) + 1);
@@ -16,16 +18,30 @@ export async function serve(root, mounts = {}, routes = {}) {
     const mount = Object.keys(mounts).find((m) => path.startsWith(m));
     const file = mount ? join(mounts[mount], path.slice(mount.length))
       : join(root, path.endsWith('/') ? path + 'index.html' : path);
+    let body;
     try {
-      const body = await readFile(file);
-      res.writeHead(200, { 'content-type': TYPES[extname(file)] ?? 'application/octet-stream', 'content-length': body.length });
-      res.end(body);
+      body = await readFile(file);
     } catch {
       res.writeHead(404).end('not found');
+      return;
     }
+    const type = TYPES[extname(file)] ?? 'application/octet-stream';
+    const range = /^bytes=(\d+)-(\d*)$/.exec(req.headers.range ?? '');
+    if (range && Number(range[1]) < body.length) {
+      const start = Number(range[1]);
+      const end = Math.min(range[2] ? Number(range[2]) : body.length - 1, body.length - 1);
+      const part = body.subarray(start, end + 1);
+      sent.set(path, (sent.get(path) ?? 0) + part.length);
+      res.writeHead(206, { 'content-type': type, 'content-length': part.length, 'content-range': `bytes ${start}-${end}/${body.length}`, 'accept-ranges': 'bytes' });
+      res.end(part);
+      return;
+    }
+    sent.set(path, (sent.get(path) ?? 0) + body.length);
+    res.writeHead(200, { 'content-type': type, 'content-length': body.length });
+    res.end(body);
   });
   await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-  return { url: `http://127.0.0.1:${server.address().port}/`, hits, close: () => { server.closeAllConnections(); server.close(); } };
+  return { url: `http://127.0.0.1:${server.address().port}/`, hits, sent, close: () => { server.closeAllConnections(); server.close(); } };
 }
 
 // Debian's chromium with software WebGPU (SwiftShader); never a downloaded browser.

@@ -1,11 +1,15 @@
 // A TypeScript consumer of the public API: `tsc --noEmit` must accept it (tests/npm/package.test.mjs).
 import {
-  createEngine, canonicalJSON, MODEL_CACHE, SAVED_DIR, HotprefixError, WebGPUUnavailableError, ModelLoadError,
+  createEngine, inspectModel, canonicalJSON, MODEL_CACHE, SAVED_DIR, HotprefixError, WebGPUUnavailableError, ModelLoadError,
   DeviceLostError, ContextOverflowError, KvBudgetError, AbortError, InvalidRequestError,
-  type ChatCompletion, type ChatCompletionChunk, type CacheStats, type LoadProgress, type Engine,
+  type ChatCompletion, type ChatCompletionChunk, type CacheStats, type LoadProgress, type Engine, type ModelSummary,
 } from 'hotprefix';
 
 async function main(): Promise<void> {
+  const summary: ModelSummary = await inspectModel(new File([], 'model.gguf'));
+  const runs: boolean = summary.runs && summary.formats.every((f) => f.tensors > 0);
+  const fromFile = await createEngine({ model: new Blob([]) });
+  void [runs, summary.refused, summary.features.join(', '), fromFile.model];
   const phases: LoadProgress['phase'][] = [];
   const engine: Engine = await createEngine({
     model: '/models/model.gguf',
