@@ -39,7 +39,8 @@ fn the_header_check_agrees_with_the_cpu_load_on_every_architecture() {
     let files = data_set::data("archs", "files.json");
     for (stem, f) in files.as_object().expect("files") {
         let path = common::root().join("models/archs").join(f["file"].as_str().expect("file"));
-        let file = std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+        let file =
+            std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
         let g = hotprefix::gguf::Gguf::parse(&file).unwrap();
         let header_len = g.tensors.iter().map(|t| t.offset).min().unwrap_or(0) as usize;
         let header = hotprefix::gguf::Gguf::parse_header(&file[..header_len], file.len() as u64).unwrap();
