@@ -120,7 +120,7 @@ export interface DivergedAt {
 }
 
 /** The prompt-layout rule a warning is about (checked against the engine's by a test). */
-export type WarningCode = 'dynamic_before_static' | 'history_rewritten' | 'json_serialization_changed';
+export type WarningCode = 'dynamic_before_static' | 'history_rewritten' | 'json_serialization_changed' | 'tools_changed';
 
 export interface CacheWarning {
   code: WarningCode;

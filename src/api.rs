@@ -5,10 +5,12 @@
 //! which prompt-layout rules it breaks.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::engine::sample::SamplingParams;
 use crate::error::{Error, Result};
-use crate::text::template::Message;
+use crate::text::template::{Message, ToolCall};
+use crate::text::tools::{check_schema, ToolSpec};
 
 /// Stop strings: OpenAI accepts one string or a list.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -39,9 +41,44 @@ pub const MAX_STOPS: usize = 16;
 /// Most characters in one stop string.
 pub const MAX_STOP_CHARS: usize = 256;
 
+/// OpenAI's `response_format`: what the answer must be.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum ResponseFormat {
+    /// Free text (the default).
+    #[default]
+    Text,
+    /// Any JSON object.
+    JsonObject,
+    /// JSON valid against `schema` (`json_schema.schema`; any object when absent).
+    JsonSchema {
+        /// `json_schema.name`.
+        name: String,
+        /// `json_schema.schema`.
+        schema: Option<Value>,
+    },
+}
+
+/// OpenAI's `tool_choice`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// Never call a tool (the tools stay in the prompt, so its tokens do not change).
+    None,
+    /// Answer, or call tools, as the model decides (the default with tools).
+    Auto,
+    /// Call at least one tool.
+    Required,
+    /// Call this function.
+    Function(String),
+}
+
+/// OpenAI's rule for a function's name.
+fn valid_name(n: &str) -> bool {
+    (1..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// One chat completion request, OpenAI-shaped. Every field but `messages` may be absent or
-/// `null` (its default); a field hotprefix does not implement (`tools`, `response_format`,
-/// `logprobs`, `user`, …) is refused with [`Error::InvalidArgument`] naming it, never ignored.
+/// `null` (its default); a field hotprefix does not implement (`logprobs`, `user`, …) is refused
+/// with [`Error::InvalidArgument`] naming it, never ignored.
 /// `temperature` defaults to 0 (greedy), unlike OpenAI's 1: answers are then reproducible, which
 /// is what a cache demo and tests want.
 #[derive(Clone, Debug, Deserialize)]
@@ -79,6 +116,15 @@ pub struct ChatRequest {
     /// The caller's name for the model (OpenAI's `model`): accepted and not checked, since an
     /// engine runs one model; the npm package echoes it in its results.
     pub model: Option<String>,
+    /// What the answer must be: text, a JSON object, or JSON valid against a schema.
+    pub response_format: ResponseFormat,
+    /// Functions the model may call, in the request's order (rendered in that order, each
+    /// schema canonical: see `text::tools`).
+    pub tools: Vec<ToolSpec>,
+    /// Whether and which tools must be called (`None` without tools, `Auto` by default with).
+    pub tool_choice: ToolChoice,
+    /// Whether one answer may call several tools (OpenAI's default: true).
+    pub parallel_tool_calls: bool,
 }
 
 /// The request as it arrives: every optional field may be `null`, and unknown fields are
@@ -103,6 +149,119 @@ struct WireRequest {
     n: Option<u64>,
     /// Only `false`: results come whole (the npm package streams on its own side).
     stream: Option<bool>,
+    response_format: Option<WireFormat>,
+    tools: Option<Vec<WireTool>>,
+    tool_choice: Option<WireToolChoice>,
+    parallel_tool_calls: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum WireFormat {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: WireJsonSchema },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireJsonSchema {
+    name: String,
+    #[allow(dead_code)]
+    description: Option<String>,
+    schema: Option<Value>,
+    /// Accepted either way: the schema is always enforced.
+    #[allow(dead_code)]
+    strict: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireTool {
+    #[serde(rename = "type")]
+    kind: String,
+    function: WireFunction,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireFunction {
+    name: Option<String>,
+    description: Option<String>,
+    parameters: Option<Value>,
+    /// Accepted either way: the arguments are always held to `parameters`.
+    #[allow(dead_code)]
+    strict: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum WireToolChoice {
+    Mode(String),
+    Function {
+        #[serde(rename = "type")]
+        kind: String,
+        function: WireNamed,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireNamed {
+    name: String,
+}
+
+/// The request's tools, checked: `type: "function"`, a valid unique name, an object schema of
+/// keywords the grammar enforces.
+fn tools_of(wire: Vec<WireTool>) -> std::result::Result<Vec<ToolSpec>, String> {
+    let mut tools: Vec<ToolSpec> = Vec::with_capacity(wire.len());
+    for (i, t) in wire.into_iter().enumerate() {
+        if t.kind != "function" {
+            return Err(format!("tools[{i}].type: {:?} (only \"function\" is supported)", t.kind));
+        }
+        let name = t.function.name.unwrap_or_default();
+        if !valid_name(&name) {
+            return Err(format!("tools[{i}].function.name: {name:?} (1 to 64 letters, digits, _ or - required)"));
+        }
+        if tools.iter().any(|u| u.name == name) {
+            return Err(format!("tools[{i}].function.name: {name:?} is used by another tool"));
+        }
+        let parameters = t.function.parameters.unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+        let at = format!("tools[{i}].function.parameters");
+        if !parameters.is_object() {
+            return Err(format!("{at} must be a JSON Schema object"));
+        }
+        check_schema(&parameters, &at)?;
+        tools.push(ToolSpec { name, description: t.function.description, parameters });
+    }
+    Ok(tools)
+}
+
+/// Messages that call tools and answer calls: tool calls only on assistant messages, each of
+/// type `function` with an id; a `tool` message answers an earlier call by its id.
+fn check_tool_messages(messages: &[Message]) -> std::result::Result<(), String> {
+    let mut ids: Vec<&str> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        if !m.tool_calls.is_empty() && m.role != "assistant" {
+            return Err(format!("messages[{i}].tool_calls: only an assistant message calls tools"));
+        }
+        for (j, c) in m.tool_calls.iter().enumerate() {
+            if c.kind != "function" || c.id.is_empty() || !valid_name(&c.function.name) {
+                return Err(format!("messages[{i}].tool_calls[{j}]: a function call with an id and a valid name expected"));
+            }
+            ids.push(&c.id);
+        }
+        match (m.role.as_str(), &m.tool_call_id) {
+            ("tool", None) => return Err(format!("messages[{i}]: a tool message needs tool_call_id")),
+            ("tool", Some(id)) if !ids.contains(&id.as_str()) => {
+                return Err(format!("messages[{i}].tool_call_id: {id:?} answers no earlier tool call"))
+            }
+            ("tool", Some(_)) => {}
+            (_, Some(_)) => return Err(format!("messages[{i}].tool_call_id: only a tool message has one")),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 impl TryFrom<WireRequest> for ChatRequest {
@@ -130,6 +289,49 @@ impl TryFrom<WireRequest> for ChatRequest {
         if let Some((i, s)) = stops.iter().enumerate().find(|(_, s)| s.is_empty() || s.chars().count() > MAX_STOP_CHARS) {
             return Err(format!("stop[{i}]: {} characters, 1 to {MAX_STOP_CHARS} allowed", s.chars().count()));
         }
+        check_tool_messages(&w.messages)?;
+        let response_format = match w.response_format {
+            None | Some(WireFormat::Text) => ResponseFormat::Text,
+            Some(WireFormat::JsonObject) => ResponseFormat::JsonObject,
+            Some(WireFormat::JsonSchema { json_schema: j }) => {
+                if !valid_name(&j.name) {
+                    return Err(format!("response_format.json_schema.name: {:?} (1 to 64 letters, digits, _ or - required)", j.name));
+                }
+                if let Some(schema) = &j.schema {
+                    check_schema(schema, "response_format.json_schema.schema")?;
+                }
+                ResponseFormat::JsonSchema { name: j.name, schema: j.schema }
+            }
+        };
+        let tools = tools_of(w.tools.unwrap_or_default())?;
+        let tool_choice = match w.tool_choice {
+            None if tools.is_empty() => ToolChoice::None,
+            None => ToolChoice::Auto,
+            Some(WireToolChoice::Mode(m)) => match m.as_str() {
+                "none" => ToolChoice::None,
+                "auto" => ToolChoice::Auto,
+                "required" => ToolChoice::Required,
+                other => return Err(format!("tool_choice: {other:?} (none, auto, required or a function expected)")),
+            },
+            Some(WireToolChoice::Function { kind, function }) => {
+                if kind != "function" {
+                    return Err(format!("tool_choice.type: {kind:?} (only \"function\" is supported)"));
+                }
+                ToolChoice::Function(function.name)
+            }
+        };
+        match &tool_choice {
+            ToolChoice::Function(name) if !tools.iter().any(|t| &t.name == name) => {
+                return Err(format!("tool_choice: the function {name:?} is not among the tools"))
+            }
+            ToolChoice::Auto | ToolChoice::Required | ToolChoice::Function(_) if tools.is_empty() => {
+                return Err("tool_choice: there are no tools to call".into())
+            }
+            _ => {}
+        }
+        if response_format != ResponseFormat::Text && tool_choice != ToolChoice::None {
+            return Err("response_format with tools that may be called: not supported together (use tool_choice: \"none\", or a tool whose parameters are the schema)".into());
+        }
         let r = ChatRequest {
             messages: w.messages,
             max_tokens,
@@ -143,6 +345,10 @@ impl TryFrom<WireRequest> for ChatRequest {
             stop,
             cache_salt: w.cache_salt,
             model: w.model,
+            response_format,
+            tools,
+            tool_choice,
+            parallel_tool_calls: w.parallel_tool_calls.unwrap_or(true),
         };
         r.sampling().validate().map_err(|e| match e {
             Error::InvalidArgument(m) => m,
@@ -170,6 +376,10 @@ impl ChatRequest {
             stop: Stop::None,
             cache_salt: None,
             model: None,
+            response_format: ResponseFormat::Text,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::None,
+            parallel_tool_calls: true,
         }
     }
 
@@ -264,12 +474,15 @@ pub enum WarningCode {
     HistoryRewritten,
     /// A JSON value equal to one sent earlier, serialised differently (the rule: canonical JSON).
     JsonSerializationChanged,
+    /// The request's tools differ from the previous request's, in set or order (the rule: the same
+    /// tools in the same order).
+    ToolsChanged,
 }
 
 impl WarningCode {
     /// Every code.
-    pub const ALL: [WarningCode; 3] =
-        [WarningCode::DynamicBeforeStatic, WarningCode::HistoryRewritten, WarningCode::JsonSerializationChanged];
+    pub const ALL: [WarningCode; 4] =
+        [WarningCode::DynamicBeforeStatic, WarningCode::HistoryRewritten, WarningCode::JsonSerializationChanged, WarningCode::ToolsChanged];
 
     /// The code's JSON name: `"dynamic_before_static"`, …
     pub fn as_str(self) -> &'static str {
@@ -277,6 +490,7 @@ impl WarningCode {
             WarningCode::DynamicBeforeStatic => "dynamic_before_static",
             WarningCode::HistoryRewritten => "history_rewritten",
             WarningCode::JsonSerializationChanged => "json_serialization_changed",
+            WarningCode::ToolsChanged => "tools_changed",
         }
     }
 }
@@ -315,14 +529,41 @@ pub struct CacheReport {
     pub warnings: Vec<Warning>,
 }
 
+/// A piece of a streamed answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delta {
+    /// More of the answer's text.
+    Text(String),
+    /// A tool call begins.
+    Call {
+        /// Its index among the answer's calls.
+        index: usize,
+        /// Its id (`call_…`).
+        id: String,
+        /// The function's name.
+        name: String,
+    },
+    /// More of a call's arguments (JSON text).
+    Arguments {
+        /// The call's index.
+        index: usize,
+        /// The next piece of the arguments.
+        text: String,
+    },
+}
+
 /// The result of one chat completion.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChatResult {
-    /// The generated text, without the stop string that ended it.
+    /// The generated text, without the stop string that ended it; with tool calls, the text
+    /// outside them.
     pub text: String,
+    /// The tool calls the answer makes (absent from the JSON when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
     /// The generated token ids.
     pub tokens: Vec<u32>,
-    /// `stop` (end of turn or a stop string), `length` (`max_tokens`) or `abort`.
+    /// `stop` (end of turn or a stop string), `tool_calls`, `length` (`max_tokens`) or `abort`.
     pub finish_reason: &'static str,
     /// Prompt and completion token counts, OpenAI's shape.
     pub usage: Usage,
@@ -356,12 +597,12 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_refused_by_name() {
-        for field in ["response_format", "tools", "tool_choice", "logprobs", "user", "logit_bias"] {
+        for field in ["logprobs", "user", "logit_bias", "functions"] {
             let m = refused(&format!(r#"{{{HI},"{field}":{{}}}}"#));
             assert!(m.contains(&format!("`{field}`")) && m.contains("does not implement"), "{m}");
         }
-        let m = refused(r#"{"messages":[{"role":"user","content":"hi","tool_calls":[]}]}"#);
-        assert!(m.contains("`tool_calls`"), "{m}");
+        let m = refused(r#"{"messages":[{"role":"user","content":"hi","tool_cals":[]}]}"#);
+        assert!(m.contains("`tool_cals`"), "{m}");
     }
 
     #[test]

@@ -275,7 +275,7 @@ fn family_matches_llama_cpp(family: &str, file: &str) {
             if t.add_bos() && want.first() != t.bos_id().as_ref() {
                 want.insert(0, t.bos_id().unwrap());
             }
-            let got = Prompter { template: Some(&template), tokenizer: &t }.encode(&messages).unwrap();
+            let got = Prompter { template: Some(&template), tokenizer: &t, tools: None }.encode(&messages).unwrap();
             if got.ids != want {
                 bad.push(format!("{}: the prompt encoder's ids differ from llama.cpp's\n  want {want:?}\n  got  {:?}", c["id"], got.ids));
             }

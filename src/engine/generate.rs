@@ -9,7 +9,8 @@ use crate::gpu::now_ms;
 use crate::model::Logits;
 use crate::text::tokenizer::StreamDecoder;
 
-use super::{Engine, Finish, GenerateParams, Generation};
+use super::constrain::Constraint;
+use super::{Constrained, Engine, Finish, GenerateParams, Generation};
 
 /// Greedy steps queued on the GPU per CPU–GPU wait (`Model::decode_greedy`). Steps past an
 /// end-of-turn are wasted, so not more: 1/8 of a wait a token already hides the round trip.
@@ -22,11 +23,35 @@ impl Engine {
     /// A page-accounting fault ([`Error::CacheCorrupt`], a bug) clears the cache before it is
     /// returned, and its message says so: later requests run cold instead of failing too.
     pub async fn generate(&mut self, prompt: &[u32], params: &GenerateParams, on_text: impl FnMut(&str)) -> Result<Generation> {
-        let r = self.generate_over_cache(prompt, params, on_text).await;
+        self.generate_constrained(prompt, params, None, on_text).await
+    }
+
+    /// [`Self::generate`] with each token chosen among those `constrained`'s grammar allows (from
+    /// the first token, or once the output contains its `after` text). Greedy steps are then not
+    /// queued ahead: each needs the grammar's state after the one before.
+    pub async fn generate_constrained(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        constrained: Option<Constrained>,
+        on_text: impl FnMut(&str),
+    ) -> Result<Generation> {
+        let r = self.generate_over_cache(prompt, params, constrained, on_text).await;
         self.recover(r)
     }
 
-    async fn generate_over_cache(&mut self, prompt: &[u32], params: &GenerateParams, mut on_text: impl FnMut(&str)) -> Result<Generation> {
+    async fn generate_over_cache(
+        &mut self,
+        prompt: &[u32],
+        params: &GenerateParams,
+        constrained: Option<Constrained>,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Generation> {
+        // The grammar, and the text that starts it (none: it holds from the first token).
+        let (mut grammar, mut trigger) = match constrained {
+            Some(c) => (Some(c.constraint), c.after),
+            None => (None, None),
+        };
         let mut sampler = Sampler::new(params.sampling.clone())?;
         sampler.set_prompt_len(prompt.len());
         if prompt.is_empty() {
@@ -85,7 +110,10 @@ impl Engine {
         let mut steps = 0usize;
         let (t_first, t_end);
         if decode && !aborted {
-            let mut next = self.pick(&mut sampler, prompt).await?;
+            let mut next = match (&mut grammar, &trigger) {
+                (Some(c), None) => self.pick_allowed(&mut sampler, prompt, c).await?,
+                _ => self.pick(&mut sampler, prompt).await?,
+            };
             t_first = now_ms();
             let mut emitted = 0;
             let mut dec = StreamDecoder::new();
@@ -105,6 +133,29 @@ impl Engine {
                     finish = Finish::Stop;
                     break;
                 }
+                // The grammar of a tool call starts at its opening tag: from the text after it, with
+                // no step queued ahead unconstrained.
+                if let (Some(c), Some(t)) = (&mut grammar, &trigger) {
+                    if let Some(at) = text.find(t.as_str()) {
+                        c.feed_text(&text[at + t.len()..])?;
+                        trigger = None;
+                        if !ahead.is_empty() {
+                            let keep = seq.len() - ahead.len();
+                            seq.truncate(keep)?;
+                            ahead.clear();
+                        }
+                    }
+                }
+                // A grammar that is complete ends the answer.
+                if grammar.as_ref().is_some_and(|c| trigger.is_none() && c.is_stopped()) {
+                    finish = Finish::Stop;
+                    let safe = text.len();
+                    if safe > emitted {
+                        on_text(&text[emitted..safe]);
+                        emitted = safe;
+                    }
+                    break;
+                }
                 // Emit what can no longer become part of a stop string.
                 let safe = floor_char_boundary(&text, text.len().saturating_sub(hold));
                 if safe > emitted {
@@ -118,7 +169,8 @@ impl Engine {
                 if out.len() == params.max_tokens {
                     break;
                 }
-                if ahead.is_empty() && sampler.is_greedy() {
+                let constrained = grammar.is_some() && trigger.is_none();
+                if ahead.is_empty() && sampler.is_greedy() && !constrained {
                     // Queue several steps on the GPU, each fed the previous one's argmax, and read
                     // their tokens in one wait; steps past a stop are truncated below.
                     let n = DECODE_AHEAD.min(params.max_tokens - out.len());
@@ -135,7 +187,10 @@ impl Engine {
                     None => {
                         self.cache.ensure_free(seq.pages_needed(1))?;
                         self.model.decode_step(&self.gpu, &self.cache.kv, &mut seq, next).await?;
-                        self.pick(&mut sampler, &recent).await?
+                        match (&mut grammar, constrained) {
+                            (Some(c), true) => self.pick_allowed(&mut sampler, &recent, c).await?,
+                            _ => self.pick(&mut sampler, &recent).await?,
+                        }
                     }
                 };
             }
@@ -207,6 +262,53 @@ impl Engine {
         self.draws.1 += 1;
         let mut logits = self.model.read_logits(&self.gpu, 1).await?;
         sampler.sample(&mut logits, recent)
+    }
+
+    /// [`Self::pick`] among the tokens `c` allows, then fed to it. Greedy: the best allowed token
+    /// among the GPU's top of the logits (every token outside it is below all of them), else from
+    /// the whole row; sampled: the sampler over the whole row with every other token at -inf.
+    async fn pick_allowed(&mut self, sampler: &mut Sampler, recent: &[u32], c: &mut Constraint) -> Result<u32> {
+        let t0 = now_ms();
+        let allowed = c.allowed()?;
+        self.masks.0 += 1;
+        self.masks.1 += now_ms() - t0;
+        let vocab = self.model.cfg.vocab;
+        let ok = |id: u32| (id as usize) < vocab && allowed.is_allowed(id);
+        let mut id = None;
+        if sampler.is_greedy() {
+            let top = self.model.read_top(&self.gpu, 1.0, &[]).await?;
+            if top.count == top.cands.len() {
+                id = top
+                    .cands
+                    .iter()
+                    .filter(|&&(id, l)| ok(id) && !l.is_nan())
+                    .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+                    .map(|&(id, _)| id);
+            }
+        }
+        let id = match id {
+            Some(id) => id,
+            None => {
+                let mut logits = self.model.read_logits(&self.gpu, 1).await?;
+                let mut any = false;
+                for (i, l) in logits.iter_mut().enumerate() {
+                    if ok(i as u32) {
+                        any |= !l.is_nan();
+                    } else {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+                if !any {
+                    return Err(Error::InvalidArgument("response grammar: no token is allowed here".into()));
+                }
+                match sampler.is_greedy() {
+                    true => crate::engine::sample::argmax(&logits)?,
+                    false => sampler.sample(&mut logits, recent)?,
+                }
+            }
+        };
+        c.commit(id)?;
+        Ok(id)
     }
 
     /// How many temperature draws so far were answered from the top of the logits, and how many

@@ -6,6 +6,7 @@
 //! - `resident`: the KV pages and their index (lookup, eviction, copy-on-write, save, restore);
 //! - [`sample`]: choosing each token.
 
+pub mod constrain;
 mod generate;
 mod resident;
 pub mod sample;
@@ -13,13 +14,15 @@ pub mod sample;
 use std::cell::Cell;
 use std::rc::Rc;
 
-use crate::api::{self, CacheReport, ChatRequest, ChatResult, PromptTokensDetails, Usage};
+use crate::api::{self, CacheReport, ChatRequest, ChatResult, Delta, PromptTokensDetails, ResponseFormat, ToolChoice, Usage};
 use crate::cache::kv;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::lint::rules::{History, Seen};
 use crate::model::gguf::Gguf;
-use crate::text::template::{ChatTemplate, Message};
+use crate::text::template::{ChatTemplate, FunctionCall, Message, ToolCall};
+use crate::text::tools::{self, Piece, ToolSpec};
+use constrain::{Constraint, Grammars};
 
 use crate::cache::persist;
 /// Where a request stopped matching the resident prefix ([`Generation::divergence`]), and a
@@ -103,6 +106,14 @@ impl Default for GenerateParams {
     }
 }
 
+/// A tool call's id: `call_` and 24 characters, different for each call an engine makes.
+fn call_id(n: u64) -> String {
+    let mut rng = crate::engine::sample::rng::Rng(n ^ 0x9e37_79b9_7f4a_7c15 ^ (crate::gpu::now_ms() as u64).rotate_left(17));
+    let a = rng.next_u64();
+    let b = rng.next_u64();
+    format!("call_{a:016x}{:08x}", b as u32)
+}
+
 /// Why generation ended (OpenAI's `finish_reason`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Finish {
@@ -162,6 +173,22 @@ pub struct Engine {
     top_sampling: bool,
     /// Temperature draws answered from the top, and from the whole row (`sampling_reads`).
     draws: (u64, u64),
+    /// The grammar compiler for constrained answers, built at the first one.
+    grammars: Option<Grammars>,
+    /// Tool call ids made so far (they number the `call_…` ids).
+    calls_made: u64,
+    /// Constrained decoding: tokens chosen, and milliseconds spent computing their masks.
+    masks: (u64, f64),
+}
+
+/// A grammar a generation follows: from its first token, or once the output contains `after`
+/// (`tool_choice: "auto"`: from a tool call's opening tag on).
+#[derive(Debug)]
+pub struct Constrained {
+    /// The grammar's state.
+    pub constraint: Constraint,
+    /// The text that starts it; `None`: it holds from the first token.
+    pub after: Option<String>,
 }
 
 /// The tokens that end a turn, as llama.cpp finds them (`special_eog_ids`): EOS, the file's
@@ -233,7 +260,20 @@ impl Engine {
         let top_sampling = model.cfg.vocab > crate::engine::sample::TOP_LAYOUT.words();
         let stop_ids = stop_ids(&tokenizer, g);
         let cache = ResidentCache::new(kv, opts.cache);
-        Ok(Engine { gpu, model, tokenizer, template, cache, history: History::default(), stop_ids, top_sampling, draws: (0, 0) })
+        Ok(Engine {
+            gpu,
+            model,
+            tokenizer,
+            template,
+            cache,
+            history: History::default(),
+            stop_ids,
+            top_sampling,
+            draws: (0, 0),
+            grammars: None,
+            calls_made: 0,
+            masks: (0, 0.0),
+        })
     }
 
     /// Positions a prompt plus its completion may use at most (the context window).
@@ -260,7 +300,7 @@ impl Engine {
 
     /// The model's template and tokenizer, as prompts are made from them.
     pub fn prompter(&self) -> Prompter<'_> {
-        Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer }
+        Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: None }
     }
 
     /// Answers one chat request: head truncation to fit the context window, prompt-layout lint,
@@ -270,13 +310,145 @@ impl Engine {
     }
 
     /// [`Self::chat`] that `abort` can stop between tokens.
-    pub async fn chat_with(&mut self, req: &ChatRequest, abort: Option<AbortSignal>, on_text: impl FnMut(&str)) -> Result<ChatResult> {
+    pub async fn chat_with(&mut self, req: &ChatRequest, abort: Option<AbortSignal>, mut on_text: impl FnMut(&str)) -> Result<ChatResult> {
+        self.chat_deltas(req, abort, |d| {
+            if let Delta::Text(t) = d {
+                on_text(&t)
+            }
+        })
+        .await
+    }
+
+    /// The grammar compiler for this model's vocabulary (built at the first call).
+    pub fn grammars(&mut self) -> Result<&Grammars> {
+        if self.grammars.is_none() {
+            self.grammars = Some(Grammars::new(&self.tokenizer, self.model.cfg.vocab, &self.stop_ids)?);
+        }
+        self.grammars.as_ref().ok_or_else(|| Error::InvalidArgument("no grammar compiler".into()))
+    }
+
+    /// Constrained tokens chosen so far, and the milliseconds their masks took.
+    pub fn mask_stats(&self) -> (u64, f64) {
+        self.masks
+    }
+
+    /// The messages a request's prompt is rendered from, the template's `tools`, and whether a
+    /// system message was put first (for a template that takes no tools: the tools' description).
+    fn tool_prompt(&self, req: &ChatRequest) -> (Vec<Message>, Option<serde_json::Value>, bool) {
+        let native = self.template.as_ref().is_some_and(|t| tools::template_takes_tools(t.source()));
+        let uses = !req.tools.is_empty() || req.messages.iter().any(|m| !m.tool_calls.is_empty() || m.role == "tool");
+        if !uses {
+            return (req.messages.clone(), None, false);
+        }
+        if native {
+            let tools = (!req.tools.is_empty()).then(|| serde_json::Value::Array(req.tools.iter().map(ToolSpec::template_value).collect()));
+            return (req.messages.clone(), tools, false);
+        }
+        // The convention (text::tools): the tools at the end of the first system message, calls as
+        // the assistant's text, results as user turns.
+        let mut out: Vec<Message> = Vec::with_capacity(req.messages.len() + 1);
+        let mut added = false;
+        if !req.tools.is_empty() {
+            let block = tools::tools_system_text(&req.tools);
+            match req.messages.first() {
+                Some(m) if m.role == "system" => {}
+                _ => {
+                    out.push(Message::new("system", block.clone()));
+                    added = true;
+                }
+            }
+        }
+        for (i, m) in req.messages.iter().enumerate() {
+            let mut m = m.clone();
+            if i == 0 && m.role == "system" && !req.tools.is_empty() {
+                m.content = format!("{}\n\n{}", m.content, tools::tools_system_text(&req.tools));
+            }
+            if !m.tool_calls.is_empty() {
+                for c in std::mem::take(&mut m.tool_calls) {
+                    let sep = if m.content.is_empty() || m.content.ends_with('\n') { "" } else { "\n" };
+                    m.content = format!(
+                        "{}{sep}{}\n{{\"name\": {}, \"arguments\": {}}}\n{}",
+                        m.content,
+                        tools::CALL_OPEN,
+                        serde_json::Value::String(c.function.name),
+                        c.function.arguments,
+                        tools::CALL_CLOSE
+                    );
+                }
+            }
+            if m.role == "tool" {
+                m.role = "user".into();
+                m.tool_call_id = None;
+                m.content = format!("<tool_response>\n{}\n</tool_response>", m.content);
+            }
+            out.push(m);
+        }
+        (out, None, added)
+    }
+
+    /// The prompt a chat request runs (before head truncation): its messages rendered with the
+    /// model's template, its tools included, and where each of its messages' contents lies.
+    pub fn encode_request(&self, req: &ChatRequest) -> Result<Encoded> {
+        let (messages, tools_value, added) = self.tool_prompt(req);
+        let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
+        let mut enc = prompter.encode(&messages)?;
+        if added {
+            enc.contents.remove(0);
+        }
+        Ok(enc)
+    }
+
+    /// The grammar a request's answer follows: its `response_format`, or its tool calls.
+    fn constraint_of(&mut self, req: &ChatRequest) -> Result<Option<Constrained>> {
+        use llguidance::api::TopLevelGrammar;
+        let tools: Vec<&ToolSpec> = req.tools.iter().collect();
+        let (grammar, after) = match (&req.response_format, &req.tool_choice) {
+            (ResponseFormat::JsonObject, _) => (TopLevelGrammar::from_json_schema(tools::response_schema(None)), None),
+            (ResponseFormat::JsonSchema { schema, .. }, _) => {
+                (TopLevelGrammar::from_json_schema(tools::response_schema(schema.as_ref())), None)
+            }
+            (ResponseFormat::Text, ToolChoice::Required) => {
+                (TopLevelGrammar::from_lark(tools::calls_grammar(&tools, req.parallel_tool_calls, false)), None)
+            }
+            (ResponseFormat::Text, ToolChoice::Function(name)) => {
+                let one: Vec<&ToolSpec> = tools.iter().copied().filter(|t| &t.name == name).collect();
+                (TopLevelGrammar::from_lark(tools::calls_grammar(&one, false, false)), None)
+            }
+            (ResponseFormat::Text, ToolChoice::Auto) => (
+                TopLevelGrammar::from_lark(tools::calls_grammar(&tools, req.parallel_tool_calls, true)),
+                Some(tools::CALL_OPEN.to_string()),
+            ),
+            (ResponseFormat::Text, ToolChoice::None) => return Ok(None),
+        };
+        let constraint = self.grammars()?.constrain(grammar)?;
+        Ok(Some(Constrained { constraint, after }))
+    }
+
+    /// [`Self::chat_with`], streaming [`Delta`]s: text, and each tool call's name and arguments as
+    /// they are generated.
+    pub async fn chat_deltas(
+        &mut self,
+        req: &ChatRequest,
+        abort: Option<AbortSignal>,
+        mut on_delta: impl FnMut(Delta),
+    ) -> Result<ChatResult> {
         if req.messages.is_empty() {
             return Err(Error::InvalidArgument("request: no messages".into()));
         }
-        let (enc, kept) = self.prompter().fit(&req.messages, req.max_tokens, self.context_size())?;
+        let (messages, tools_value, added) = self.tool_prompt(req);
+        let context = self.context_size();
+        let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
+        let (mut enc, mut kept) = prompter.fit(&messages, req.max_tokens, context)?;
+        if added {
+            // The tools' system message is no message of the request: positions and warnings
+            // name the request's own messages (it counts as the template's text).
+            enc.contents.remove(0);
+            kept.remove(0);
+            kept.iter_mut().for_each(|k| *k -= 1);
+        }
+        let constrained = if req.max_tokens > 0 { self.constraint_of(req)? } else { None };
         let salt = req.cache_salt.clone().unwrap_or_default();
-        let seen = Seen::of(&req.messages);
+        let seen = Seen::of(&req.messages, &req.tools);
         let warnings = self.history.lint(&salt, &req.messages, &seen, &kept, &enc, &self.tokenizer);
         let params = GenerateParams {
             max_tokens: req.max_tokens,
@@ -285,12 +457,85 @@ impl Engine {
             cache_salt: salt.clone(),
             abort,
         };
-        let g = self.generate(&enc.ids, &params, on_text).await?;
+        // With tools, the text is split into content and calls as it streams.
+        let split = req.tool_choice != ToolChoice::None;
+        let mut splitter = tools::CallSplitter::default();
+        let mut ids: Vec<String> = Vec::new();
+        let first_id = self.calls_made;
+        let deliver = |pieces: Vec<Piece>, ids: &mut Vec<String>, on_delta: &mut dyn FnMut(Delta)| {
+            for p in pieces {
+                match p {
+                    Piece::Text(t) => on_delta(Delta::Text(t)),
+                    Piece::Call { index, name } => {
+                        let id = call_id(first_id + index as u64);
+                        ids.push(id.clone());
+                        on_delta(Delta::Call { index, id, name });
+                    }
+                    Piece::Args { index, text } => on_delta(Delta::Arguments { index, text }),
+                }
+            }
+        };
+        let g = self
+            .generate_constrained(&enc.ids, &params, constrained, |t| {
+                if split {
+                    deliver(splitter.push(t), &mut ids, &mut on_delta);
+                } else {
+                    on_delta(Delta::Text(t.to_string()));
+                }
+            })
+            .await?;
+        if split {
+            deliver(splitter.finish(), &mut ids, &mut on_delta);
+        }
         self.history.record(&salt, seen);
         let diverged_at = g.divergence.as_ref().map(|d| self.prompter().locate(d, &enc, &kept, &req.messages));
+        let (text, tool_calls) = match split {
+            false => (g.text, Vec::new()),
+            true => {
+                let (text, calls) = tools::split_calls(&g.text);
+                let calls: Vec<ToolCall> = calls
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (name, arguments))| ToolCall {
+                        id: ids.get(i).cloned().unwrap_or_else(|| call_id(first_id + i as u64)),
+                        kind: "function".into(),
+                        function: FunctionCall { name, arguments },
+                    })
+                    .collect();
+                (text, calls)
+            }
+        };
+        self.calls_made += tool_calls.len() as u64;
+        if !tool_calls.is_empty() {
+            // The follow-up request holds this turn as the template renders it before the tools'
+            // results, which a constrained answer's tokens need not equal (another tokenization;
+            // a template that renders a past turn otherwise): compute that rendering up to where
+            // the first result goes now, so that the follow-up reuses all of it.
+            let mut turn = req.messages.clone();
+            let mut answer = Message::new("assistant", text.clone());
+            answer.tool_calls = tool_calls.clone();
+            turn.push(answer);
+            let mut result = Message::new("tool", "");
+            result.tool_call_id = Some(tool_calls[0].id.clone());
+            turn.push(result);
+            let (messages, tools_value, _) = self.tool_prompt(&ChatRequest { messages: turn, ..req.clone() });
+            let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
+            if let Ok(next) = prompter.encode(&messages) {
+                let upto = next.contents.last().map_or(0, |r| r.start);
+                if upto > 0 && upto < self.context_size() {
+                    let params = GenerateParams { max_tokens: 0, cache_salt: salt.clone(), ..GenerateParams::default() };
+                    self.generate(&next.ids[..upto], &params, |_| {}).await?;
+                }
+            }
+        }
+        let finish = match (g.finish, tool_calls.is_empty()) {
+            (Finish::Stop, false) => "tool_calls",
+            (f, _) => f.as_str(),
+        };
         Ok(ChatResult {
-            text: g.text,
-            finish_reason: g.finish.as_str(),
+            text,
+            tool_calls,
+            finish_reason: finish,
             usage: Usage {
                 prompt_tokens: g.prompt_tokens,
                 completion_tokens: g.tokens.len(),

@@ -6,6 +6,9 @@
 //!   messages were kept (the rule: history is append-only).
 //! - `json_serialization_changed`: a JSON value equal to one sent earlier, serialised differently
 //!   (the rule: canonical JSON, tool schemas in a fixed order).
+//! - `tools_changed`: the request's tools are not the previous request's, in the same order (the
+//!   rule: a fixed set of tools, in a fixed order); it names the first tool that moved or changed.
+//!   Tool schemas are rendered canonically, so key order and spacing never count as a change.
 //!
 //! The last two compare with earlier requests of the same `cache_salt`, kept as hashes in
 //! [`History`] (a few requests and a few hundred JSON values: bounded memory).
@@ -19,6 +22,7 @@ use crate::api::{Warning, WarningCode};
 use crate::text::prompt::Encoded;
 use crate::text::template::Message;
 use crate::text::tokenizer::Tokenizer;
+use crate::text::tools::ToolSpec;
 
 /// Unchanging tokens after dynamic content from which it is worth a warning.
 pub const STATIC_AFTER_DYNAMIC: usize = 64;
@@ -43,6 +47,8 @@ struct SaltHistory {
     requests: VecDeque<Vec<u64>>,
     /// Canonical JSON hash → hash of the first serialisation seen.
     json: HashMap<u64, u64>,
+    /// The previous request's tools: names and the hash of each one's canonical form.
+    tools: Vec<(String, u64)>,
 }
 
 /// What the lint computes of a request's messages once, for both the warnings and [`History::record`].
@@ -51,11 +57,18 @@ pub struct Seen {
     hashes: Vec<u64>,
     /// The JSON values embedded in each message.
     json: Vec<Vec<lint::JsonSpan>>,
+    /// The request's tools: names and the hash of each one's canonical form.
+    tools: Vec<(String, u64)>,
 }
 
 impl Seen {
-    pub fn of(messages: &[Message]) -> Seen {
-        Seen { hashes: messages.iter().map(message_hash).collect(), json: messages.iter().map(|m| lint::json_spans(&m.content)).collect() }
+    /// What the lint needs of a request's messages and tools.
+    pub fn of(messages: &[Message], tools: &[ToolSpec]) -> Seen {
+        Seen {
+            hashes: messages.iter().map(message_hash).collect(),
+            json: messages.iter().map(|m| lint::json_spans(&m.content)).collect(),
+            tools: tools.iter().map(|t| (t.name.clone(), hash(&t.template_value().to_string()))).collect(),
+        }
     }
 }
 
@@ -76,6 +89,7 @@ impl History {
         if let Some(h) = h {
             out.extend(history_rewritten(&h.requests, messages, &seen.hashes));
             out.extend(json_changed(&h.json, messages, &seen.json));
+            out.extend(tools_changed(&h.tools, &seen.tools));
         }
         out
     }
@@ -86,6 +100,10 @@ impl History {
             self.salts.clear();
         }
         let h = self.salts.entry(salt.to_string()).or_default();
+        // A request without tools leaves the previous tools as the ones to compare with.
+        if !seen.tools.is_empty() {
+            h.tools = seen.tools;
+        }
         h.requests.push_back(seen.hashes);
         if h.requests.len() > REQUESTS {
             h.requests.pop_front();
@@ -97,6 +115,39 @@ impl History {
             h.json.entry(hash(&s.canonical)).or_insert(hash(&s.raw));
         }
     }
+}
+
+/// `tools_changed`: the tools differ from the previous request's (with tools) of the salt: the
+/// first position where the name or the schema differs, which is the first tool whose tokens
+/// (and every token after them) are recomputed.
+fn tools_changed(before: &[(String, u64)], now: &[(String, u64)]) -> Option<Warning> {
+    if before.is_empty() || now.is_empty() || before == now {
+        return None;
+    }
+    let i = before.iter().zip(now).position(|(a, b)| a != b).unwrap_or(before.len().min(now.len()));
+    let detail = match (before.get(i), now.get(i)) {
+        (Some(a), Some(b)) if a.0 != b.0 => match before.iter().position(|t| t.0 == b.0) {
+            Some(j) => format!(
+                "tool {:?} moved from position {j} to {i} (where {:?} was): every token from there on is recomputed. \
+                 Send the same tools in the same order every time.",
+                b.0, a.0
+            ),
+            None => format!(
+                "tool {:?} at position {i} is new (the previous request had {:?} there): every token from there on is recomputed. \
+                 Send the same tools in the same order every time; add new ones at the end.",
+                b.0, a.0
+            ),
+        },
+        (Some(a), Some(_)) => {
+            format!("tool {:?} (position {i}) has another description or schema than before: every token from there on is recomputed.", a.0)
+        }
+        (Some(a), None) => format!("tool {:?} (position {i}) and those after it were dropped from the tools.", a.0),
+        (None, Some(b)) => {
+            format!("tool {:?} was added at position {i}, after the previous tools (only what follows it is recomputed).", b.0)
+        }
+        (None, None) => return None,
+    };
+    Some(Warning { code: WarningCode::ToolsChanged, message: None, detail })
 }
 
 /// The current year (UTC), for telling today's dates from historical ones.
@@ -229,11 +280,11 @@ mod tests {
     }
 
     fn rewrite_of(h: &VecDeque<Vec<u64>>, m: &[Message]) -> Option<Warning> {
-        history_rewritten(h, m, &Seen::of(m).hashes)
+        history_rewritten(h, m, &Seen::of(m, &[]).hashes)
     }
 
     fn changed(seen: &HashMap<u64, u64>, m: &[Message]) -> Vec<Warning> {
-        json_changed(seen, m, &Seen::of(m).json)
+        json_changed(seen, m, &Seen::of(m, &[]).json)
     }
 
     #[test]
@@ -247,7 +298,7 @@ mod tests {
     fn a_replaced_middle_message_is_a_rewrite_a_dropped_turn_is_not() {
         let mut h = VecDeque::new();
         let first = msgs(&[("system", "S"), ("user", "u1"), ("assistant", "a1"), ("user", "u2")]);
-        h.push_back(Seen::of(&first).hashes);
+        h.push_back(Seen::of(&first, &[]).hashes);
         // Appended: fine.
         let appended = msgs(&[("system", "S"), ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]);
         assert_eq!(rewrite_of(&h, &appended), None);
@@ -266,7 +317,7 @@ mod tests {
     #[test]
     fn json_serialised_differently_is_flagged() {
         let mut h = History::default();
-        h.record("", Seen::of(&msgs(&[("system", r#"Tools: {"name": "get", "parameters": {"type": "object"}}"#)])));
+        h.record("", Seen::of(&msgs(&[("system", r#"Tools: {"name": "get", "parameters": {"type": "object"}}"#)]), &[]));
         let seen = &h.salts[""].json;
         let same = msgs(&[("system", r#"Tools: {"name": "get", "parameters": {"type": "object"}}"#)]);
         assert!(changed(seen, &same).is_empty());

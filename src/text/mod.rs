@@ -4,3 +4,4 @@
 pub mod prompt;
 pub mod template;
 pub mod tokenizer;
+pub mod tools;

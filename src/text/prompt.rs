@@ -7,7 +7,7 @@ use crate::api::DivergedAt;
 use crate::cache::prefix::Divergence;
 use crate::cache::truncate;
 use crate::error::{Error, Result};
-use crate::text::template::{ChatTemplate, Message};
+use crate::text::template::{ChatTemplate, FunctionCall, Message, ToolCall};
 use crate::text::tokenizer::Tokenizer;
 
 /// A prompt encoded from messages: the token ids and where each message's content lies.
@@ -19,14 +19,25 @@ pub struct Encoded {
     pub contents: Vec<std::ops::Range<usize>>,
 }
 
-/// The markers a message's fields are rendered as (`CONTENT` or `NAME`, the message's index,
-/// `END`): private-use characters, so that no template writes them itself.
-const CONTENT: char = '\u{E000}';
-const NAME: char = '\u{E002}';
+/// The marker a message's field (its content, its author's name, a tool call's name or arguments)
+/// is rendered as: `FIELD`, the field's index, `END`; private-use characters, so that no template
+/// writes them itself.
+const FIELD: char = '\u{E000}';
 const END: char = '\u{E001}';
 
-fn marker(kind: char, i: usize) -> String {
-    format!("{kind}{i}{END}")
+fn marker(k: usize) -> String {
+    format!("{FIELD}{k}{END}")
+}
+
+/// A field of a message, rendered as a marker and encoded as plain text.
+struct Field<'m> {
+    text: &'m str,
+    /// The message it belongs to.
+    message: usize,
+    /// Its content (not its name or a tool call's text).
+    content: bool,
+    /// Its author's name.
+    name: bool,
 }
 
 /// A model's chat template (if it has one) and tokenizer, turning messages into prompts.
@@ -36,6 +47,8 @@ pub struct Prompter<'a> {
     pub template: Option<&'a ChatTemplate>,
     /// The model's tokenizer.
     pub tokenizer: &'a Tokenizer,
+    /// The request's tools, as the template's `tools` variable (for a template that renders them).
+    pub tools: Option<&'a serde_json::Value>,
 }
 
 impl Prompter<'_> {
@@ -44,59 +57,72 @@ impl Prompter<'_> {
     /// text — a user typing `<|im_start|>system` gets text, not a control token — and only the
     /// template's own markers become control tokens.
     pub fn encode(&self, messages: &[Message]) -> Result<Encoded> {
+        self.encode_turns(messages, true)
+    }
+
+    /// [`Self::encode`], with the assistant's turn opened at the end (`add_generation_prompt`) or
+    /// not: the conversation as the next request will hold it, after an answer.
+    pub fn encode_turns(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Encoded> {
         let template = self.template.ok_or_else(|| Error::Template("the model has no chat template".into()))?;
-        // Render with a unique marker in place of each content and name, then encode the
-        // template's text with control tokens recognised and each field as plain text.
-        let marked: Vec<Message> = messages
-            .iter()
-            .enumerate()
-            .map(|(i, m)| Message {
-                role: m.role.clone(),
-                content: marker(CONTENT, i),
-                name: m.name.as_ref().map(|_| marker(NAME, i)),
-                pinned: false,
-            })
-            .collect();
-        let rendered = template.render(&marked, true)?;
+        // Render with a unique marker in place of each field (content, name, tool call name and
+        // arguments), then encode the template's text with control tokens recognised and each
+        // field as plain text.
+        let mut fields: Vec<Field<'_>> = Vec::new();
+        fn add<'m>(fields: &mut Vec<Field<'m>>, text: &'m str, message: usize, content: bool, name: bool) -> String {
+            fields.push(Field { text, message, content, name });
+            marker(fields.len() - 1)
+        }
+        let mut marked: Vec<Message> = Vec::with_capacity(messages.len());
+        for (i, m) in messages.iter().enumerate() {
+            let content = add(&mut fields, &m.content, i, true, false);
+            let name = m.name.as_deref().map(|n| add(&mut fields, n, i, false, true));
+            let mut tool_calls = Vec::with_capacity(m.tool_calls.len());
+            for c in &m.tool_calls {
+                let function = FunctionCall {
+                    name: add(&mut fields, &c.function.name, i, false, false),
+                    arguments: add(&mut fields, &c.function.arguments, i, false, false),
+                };
+                tool_calls.push(ToolCall { id: c.id.clone(), kind: c.kind.clone(), function });
+            }
+            marked.push(Message { role: m.role.clone(), content, name, pinned: false, tool_calls, tool_call_id: m.tool_call_id.clone() });
+        }
+        let rendered = template.render_with_tools(&marked, self.tools, add_generation_prompt)?;
         // The template's text (its markers become control tokens) and the fields (plain text),
         // in order; then encoded as one prompt.
         let mut pieces: Vec<(&str, bool)> = Vec::new();
-        // For each field piece: (piece index, message, is content).
-        let mut fields: Vec<(usize, usize, bool)> = Vec::new();
+        // For each field piece: (piece index, field).
+        let mut placed: Vec<(usize, usize)> = Vec::new();
         let mut named = vec![false; messages.len()];
         let mut rest = rendered.as_str();
-        while let Some(at) = rest.find([CONTENT, NAME]) {
+        while let Some(at) = rest.find(FIELD) {
             pieces.push((&rest[..at], true));
-            let kind = rest[at..].chars().next().unwrap_or(CONTENT);
-            let tail = &rest[at + kind.len_utf8()..];
+            let tail = &rest[at + FIELD.len_utf8()..];
             let end = tail.find(END).ok_or_else(|| Error::Template("the chat template cut a message's field short".into()))?;
-            let i: usize = tail[..end]
+            let k: usize = tail[..end]
                 .parse()
                 .ok()
-                .filter(|&i| i < messages.len())
+                .filter(|&k| k < fields.len())
                 .ok_or_else(|| Error::Template("the chat template altered a message's field".into()))?;
-            let field = if kind == CONTENT {
+            let f = &fields[k];
+            let text = if f.content && template.trims_content() {
                 // llama.cpp's built-in templates trim contents (C's isspace).
-                let content = messages[i].content.as_str();
-                if template.trims_content() {
-                    content.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r'])
-                } else {
-                    content
-                }
+                f.text.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r'])
             } else {
-                named[i] = true;
-                messages[i].name.as_deref().unwrap_or("")
+                f.text
             };
-            fields.push((pieces.len(), i, kind == CONTENT));
-            pieces.push((field, false));
+            if f.name {
+                named[f.message] = true;
+            }
+            placed.push((pieces.len(), k));
+            pieces.push((text, false));
             rest = &tail[end + END.len_utf8()..];
         }
         pieces.push((rest, true));
         let (mut ids, ranges) = self.tokenizer.encode_pieces(&pieces)?;
         let mut contents: Vec<Option<std::ops::Range<usize>>> = vec![None; messages.len()];
-        for &(piece, i, is_content) in &fields {
-            if is_content {
-                contents[i].get_or_insert(ranges[piece].clone());
+        for &(piece, k) in &placed {
+            if fields[k].content {
+                contents[fields[k].message].get_or_insert(ranges[piece].clone());
             }
         }
         if let Some(i) = (0..messages.len()).find(|&i| messages[i].name.is_some() && !named[i]) {

@@ -59,7 +59,7 @@ impl std::io::Write for Capped {
         Ok(())
     }
 }
-const ROLES: [&str; 3] = ["system", "user", "assistant"];
+const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
 
 fn err(msg: impl Into<String>) -> Error {
     Error::Template(msg.into())
@@ -70,15 +70,18 @@ fn jinja_err(what: &str, e: minijinja::Error) -> Error {
     err(format!("{what}: {e:#}"))
 }
 
-/// One chat message. `role` is `"system"`, `"user"` or `"assistant"`. A `pinned` message (a
-/// document, say) is never dropped when the conversation overflows the context window; system
-/// messages never are either. A field hotprefix does not know is refused by name.
+/// One chat message. `role` is `"system"`, `"user"`, `"assistant"` or `"tool"` (a tool's result,
+/// answering the call `tool_call_id`). A `pinned` message (a document, say) is never dropped when
+/// the conversation overflows the context window; system messages never are either. A field
+/// hotprefix does not know is refused by name.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
-    /// `"system"`, `"user"` or `"assistant"`.
+    /// `"system"`, `"user"`, `"assistant"` or `"tool"`.
     pub role: String,
-    /// The message's text, encoded as plain text (never as control tokens).
+    /// The message's text, encoded as plain text (never as control tokens). `null` (an assistant
+    /// message that only calls tools) reads as empty.
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub content: String,
     /// The author's name (OpenAI's `name`), for templates that render it (encoded as plain text
     /// too); a request whose template does not use it is refused rather than losing it.
@@ -87,12 +90,45 @@ pub struct Message {
     /// Never dropped by head truncation; omitted from the JSON when `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pinned: bool,
+    /// An assistant message's calls of the request's tools (OpenAI's `tool_calls`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// A `tool` message: the call it answers (OpenAI's `tool_call_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+/// One call of a function, as OpenAI writes it in `message.tool_calls`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCall {
+    /// The call's id (`call_…`), which the `tool` message with its result names.
+    pub id: String,
+    /// Always `"function"`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function and its arguments.
+    pub function: FunctionCall,
+}
+
+/// A call's function: its name and its arguments as a JSON text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionCall {
+    /// The function's name.
+    pub name: String,
+    /// Its arguments: a JSON object, as text.
+    pub arguments: String,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
 impl Message {
     /// A message with the given role and content.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: content.into(), name: None, pinned: false }
+        Message { role: role.into(), content: content.into(), name: None, pinned: false, tool_calls: Vec::new(), tool_call_id: None }
     }
 
     /// The same message, with its author's name.
@@ -190,6 +226,30 @@ impl ChatTemplate {
         env.set_fuel(Some(FUEL));
         env.set_recursion_limit(RECURSION_LIMIT);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        // Hugging Face's `tojson` is Python's `json.dumps` (", ", ": "; `indent`), which the models
+        // were trained on; minijinja's own writes compact JSON.
+        env.add_filter(
+            "tojson",
+            |v: minijinja::Value, kwargs: minijinja::value::Kwargs| -> std::result::Result<String, minijinja::Error> {
+                let indent: Option<usize> = kwargs.get("indent")?;
+                let _: Option<bool> = kwargs.get("ensure_ascii")?;
+                let _: Option<bool> = kwargs.get("sort_keys")?;
+                kwargs.assert_all_used()?;
+                let json = serde_json::to_value(&v).map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+                Ok(match indent {
+                    Some(n) => {
+                        let mut out = Vec::new();
+                        let indent = " ".repeat(n);
+                        let fmt = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
+                        let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+                        serde::Serialize::serialize(&json, &mut ser)
+                            .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+                        String::from_utf8_lossy(&out).into_owned()
+                    }
+                    None => crate::text::tools::python_json(&json),
+                })
+            },
+        );
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("raise_exception: {msg}")))
         });
@@ -217,8 +277,19 @@ impl ChatTemplate {
     /// that take untrusted content should reject or neutralise control-token text in contents
     /// first (or encode contents with `encode_text` and splice).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// [`Self::render`] with the request's tools as the template's `tools` variable (a list of
+    /// `{"type": "function", "function": {…}}`), for a template that renders them.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         if let Some((i, m)) = messages.iter().enumerate().find(|(_, m)| !ROLES.contains(&m.role.as_str())) {
-            return Err(err(format!("message {i} has role {:?} (system, user or assistant expected)", m.role)));
+            return Err(err(format!("message {i} has role {:?} (system, user, assistant or tool expected)", m.role)));
         }
         let tmpl = self.env.get_template(NAME).map_err(|e| jinja_err("chat template", e))?;
         let input = messages.iter().fold(0usize, |a, m| a.saturating_add(m.role.len()).saturating_add(m.content.len()));
@@ -226,6 +297,7 @@ impl ChatTemplate {
         let mut out = Capped { out: Vec::new(), limit, overflowed: false };
         let ctx = minijinja::context! {
             messages => messages,
+            tools => tools.map(minijinja::Value::from_serialize),
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
@@ -263,7 +335,7 @@ mod tests {
     #[test]
     fn errors_are_typed() {
         let t = ChatTemplate::new(CHATML, "", "").unwrap();
-        assert!(matches!(t.render(&[Message::new("tool", "x")], true), Err(Error::Template(_))));
+        assert!(matches!(t.render(&[Message::new("function", "x")], true), Err(Error::Template(_))));
         assert!(matches!(ChatTemplate::new("{% for %}", "", ""), Err(Error::Template(_))));
         let t = ChatTemplate::new("{{ raise_exception('no ' + bos_token) }}", "<s>", "").unwrap();
         match t.render(&[], false) {

@@ -1,0 +1,540 @@
+//! Tools and structured output on the text side: the JSON Schema keywords a response may be
+//! constrained with, the canonical form tool schemas are rendered in (so that equal tools give
+//! equal prompt tokens), how tool calls are written (`<tool_call>` … `</tool_call>` around
+//! `{"name": …, "arguments": …}`: Qwen2.5/3's, Hermes' and SmolLM3's format, and the convention
+//! hotprefix writes into the system prompt for a template that takes no tools), the grammars that
+//! constrain them, and the parser that splits generated text into content and calls as it
+//! streams.
+
+use serde_json::{Map, Value};
+
+/// The tag that opens a tool call in the output.
+pub const CALL_OPEN: &str = "<tool_call>";
+/// The tag that closes it.
+pub const CALL_CLOSE: &str = "</tool_call>";
+
+/// JSON Schema keywords the grammar engine enforces (llguidance 1.9's `IMPLEMENTED`).
+const ENFORCED: [&str; 27] = [
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
+    "const",
+    "enum",
+    "type",
+    "items",
+    "additionalItems",
+    "prefixItems",
+    "minItems",
+    "maxItems",
+    "properties",
+    "additionalProperties",
+    "patternProperties",
+    "required",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+];
+
+/// Keywords that annotate and constrain nothing (llguidance's `META_AND_ANNOTATIONS`, and
+/// `deprecated`), accepted anywhere.
+const ANNOTATIONS: [&str; 16] = [
+    "$anchor",
+    "$defs",
+    "definitions",
+    "$schema",
+    "$id",
+    "id",
+    "$comment",
+    "title",
+    "description",
+    "default",
+    "readOnly",
+    "writeOnly",
+    "examples",
+    "contentMediaType",
+    "contentEncoding",
+    "deprecated",
+];
+
+/// Checks that every keyword of `schema` is one the engine enforces or an annotation, so that no
+/// constraint is silently dropped (a misspelt `maxLenght` included). `at` names the schema in the
+/// message (`response_format.json_schema.schema`); the error names the keyword and where it is.
+pub fn check_schema(schema: &Value, at: &str) -> Result<(), String> {
+    match schema {
+        Value::Bool(_) => Ok(()),
+        Value::Object(m) => {
+            for (k, v) in m {
+                let here = format!("{at}.{k}");
+                if !ENFORCED.contains(&k.as_str()) && !ANNOTATIONS.contains(&k.as_str()) {
+                    return Err(format!("{at}: the JSON Schema keyword `{k}` is not supported (it would not be enforced)"));
+                }
+                match k.as_str() {
+                    // A schema each.
+                    "items" | "additionalItems" | "additionalProperties" => check_schema(v, &here)?,
+                    // A map of schemas.
+                    "properties" | "patternProperties" | "$defs" | "definitions" => match v {
+                        Value::Object(props) => {
+                            for (name, s) in props {
+                                check_schema(s, &format!("{here}.{name}"))?;
+                            }
+                        }
+                        _ => return Err(format!("{here} must be an object")),
+                    },
+                    // A list of schemas.
+                    "anyOf" | "oneOf" | "allOf" | "prefixItems" => match v {
+                        Value::Array(items) => {
+                            for (i, s) in items.iter().enumerate() {
+                                check_schema(s, &format!("{here}[{i}]"))?;
+                            }
+                        }
+                        _ => return Err(format!("{here} must be an array")),
+                    },
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        other => Err(format!("{at} must be a JSON Schema object or boolean, not {other}")),
+    }
+}
+
+/// `v` with every object's keys in code-point order, at every depth: equal values, however their
+/// keys were ordered, give the same JSON text.
+pub fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let mut out = Map::new();
+            for k in keys {
+                out.insert(k.clone(), canonical(&m[k]));
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// JSON as Python's `json.dumps(v, ensure_ascii=False)` writes it (", " and ": "), which Hugging
+/// Face's `tojson` filter writes into a template and models were trained on.
+pub fn python_json(v: &Value) -> String {
+    let mut out = String::new();
+    write_python(v, &mut out);
+    out
+}
+
+fn write_python(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(m) => {
+            out.push('{');
+            for (i, (k, v)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push_str(": ");
+                write_python(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, v) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_python(v, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// One function a request offers the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    /// Its name (`^[A-Za-z0-9_-]{1,64}$`).
+    pub name: String,
+    /// What it does, for the model.
+    pub description: Option<String>,
+    /// The JSON Schema of its arguments (an object schema; `{"type": "object"}` when absent).
+    pub parameters: Value,
+}
+
+impl ToolSpec {
+    /// The tool as a template's `tools` entry: `{"type": "function", "function": {"name",
+    /// "description", "parameters"}}` in that order, the parameters canonical.
+    pub fn template_value(&self) -> Value {
+        let mut f = Map::new();
+        f.insert("name".into(), Value::String(self.name.clone()));
+        if let Some(d) = &self.description {
+            f.insert("description".into(), Value::String(d.clone()));
+        }
+        f.insert("parameters".into(), canonical(&self.parameters));
+        let mut t = Map::new();
+        t.insert("type".into(), Value::String("function".into()));
+        t.insert("function".into(), Value::Object(f));
+        Value::Object(t)
+    }
+}
+
+/// The system text hotprefix writes for a model whose template takes no tools: the tools (one
+/// canonical JSON line each, in the request's order) and how to call them, in the format Qwen2.5
+/// and Hermes models were trained on. It goes at the end of the first system message (a system
+/// message of its own when there is none): the static part of the prompt.
+pub fn tools_system_text(tools: &[ToolSpec]) -> String {
+    let mut s = String::from(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+         You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    );
+    for t in tools {
+        s.push('\n');
+        s.push_str(&python_json(&t.template_value()));
+    }
+    s.push_str(
+        "\n</tools>\n\nFor each function call, return a json object with function name and arguments within \
+         <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
+    );
+    s
+}
+
+/// Whether a chat template renders the `tools` it is given, in the `<tool_call>` format (Qwen2.5,
+/// Qwen3, Hermes, SmolLM3): then tools, assistant tool calls and tool results go through it.
+pub fn template_takes_tools(source: &str) -> bool {
+    source.contains("tools") && source.contains(CALL_OPEN)
+}
+
+/// Options of the JSON the grammar lets the model write: no free whitespace (a model cannot loop
+/// on it), separators as Python's `json.dumps` writes them.
+fn json_options() -> Value {
+    serde_json::json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false})
+}
+
+/// The JSON Schema a `response_format` constrains the answer to, with the grammar's options:
+/// `schema` for `json_schema`, any object for `json_object`.
+pub fn response_schema(schema: Option<&Value>) -> Value {
+    let mut s = match schema {
+        Some(Value::Object(m)) => Value::Object(m.clone()),
+        Some(Value::Bool(true)) | None => serde_json::json!({"type": "object"}),
+        Some(other) => serde_json::json!({"allOf": [other]}),
+    };
+    if let Value::Object(m) = &mut s {
+        m.insert("x-guidance".into(), json_options());
+    }
+    s
+}
+
+/// The schema of one call's JSON: `{"name": <one of the tools>, "arguments": <its parameters>}`,
+/// in that key order.
+fn call_schema(tools: &[&ToolSpec]) -> Value {
+    let one = |t: &ToolSpec| {
+        serde_json::json!({
+            "type": "object",
+            "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+            "required": ["name", "arguments"],
+            "additionalProperties": false
+        })
+    };
+    let mut s = match tools {
+        [t] => one(t),
+        many => serde_json::json!({"anyOf": many.iter().map(|t| one(t)).collect::<Vec<_>>()}),
+    };
+    if let Value::Object(m) = &mut s {
+        m.insert("x-guidance".into(), json_options());
+    }
+    s
+}
+
+/// A Lark grammar of tool calls to `tools` (at least one call; more when `parallel`). With
+/// `opened`, the first call's opening tag has been written already (the model wrote it on its
+/// own, with `tool_choice: "auto"`): the grammar starts just after it.
+pub fn calls_grammar(tools: &[&ToolSpec], parallel: bool, opened: bool) -> String {
+    let json = call_schema(tools).to_string();
+    let first = if opened { "" } else { "\"<tool_call>\" " };
+    let more = if parallel { " (\"\\n<tool_call>\" body)*" } else { "" };
+    format!("start: {first}body{more}\nbody: \"\\n\" call \"\\n</tool_call>\"\ncall: %json {json}\n")
+}
+
+/// What the output stream holds, piece by piece.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// Text outside tool calls.
+    Text(String),
+    /// A tool call begins.
+    Call {
+        /// Its index among the output's calls.
+        index: usize,
+        /// The function's name.
+        name: String,
+    },
+    /// More of a call's arguments.
+    Args {
+        /// The call's index.
+        index: usize,
+        /// The next piece of its arguments' JSON text.
+        text: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Outside a call.
+    Text,
+    /// After `<tool_call>`, before the arguments.
+    Head,
+    /// In the arguments: JSON nesting depth, inside a string, after a backslash.
+    Args { depth: usize, string: bool, escape: bool },
+    /// After the arguments, until `</tool_call>`.
+    Tail,
+}
+
+/// Splits generated text into [`Piece`]s as it streams: text outside `<tool_call>` … `</tool_call>`,
+/// and each call's name and arguments. Text that may be the start of an opening tag is held back
+/// until it is not.
+#[derive(Clone, Debug)]
+pub struct CallSplitter {
+    state: State,
+    buf: String,
+    calls: usize,
+}
+
+impl Default for CallSplitter {
+    fn default() -> Self {
+        CallSplitter { state: State::Text, buf: String::new(), calls: 0 }
+    }
+}
+
+/// `{"name": "…", "arguments": ` at the start of a call (whitespace allowed around the tokens).
+fn head(s: &str) -> Option<(String, usize)> {
+    let t = s.trim_start();
+    let mut at = s.len() - t.len();
+    let t = t.strip_prefix('{')?;
+    at += 1;
+    let skip = |t: &str, at: &mut usize| -> usize {
+        let n = t.len() - t.trim_start().len();
+        *at += n;
+        n
+    };
+    let n = skip(t, &mut at);
+    let t = t[n..].strip_prefix("\"name\"")?;
+    at += 6;
+    let n = skip(t, &mut at);
+    let t = t[n..].strip_prefix(':')?;
+    at += 1;
+    let n = skip(t, &mut at);
+    let t = &t[n..];
+    // The name: a JSON string.
+    let mut de = serde_json::Deserializer::from_str(t).into_iter::<String>();
+    let name = de.next()?.ok()?;
+    let used = de.byte_offset();
+    at += used;
+    let t = &t[used..];
+    let n = skip(t, &mut at);
+    let t = t[n..].strip_prefix(',')?;
+    at += 1;
+    let n = skip(t, &mut at);
+    let t = t[n..].strip_prefix("\"arguments\"")?;
+    at += 11;
+    let n = skip(t, &mut at);
+    let t = t[n..].strip_prefix(':')?;
+    at += 1;
+    let n = skip(t, &mut at);
+    Some((name, at)).filter(|_| !t[n..].is_empty())
+}
+
+impl CallSplitter {
+    /// A splitter at the start of the output; `opened`: the output starts inside a call (its
+    /// opening tag already written).
+    pub fn new(opened: bool) -> CallSplitter {
+        CallSplitter { state: if opened { State::Head } else { State::Text }, ..Default::default() }
+    }
+
+    /// The pieces `text` (the next piece of output) completes.
+    pub fn push(&mut self, text: &str) -> Vec<Piece> {
+        self.buf.push_str(text);
+        let mut out = Vec::new();
+        loop {
+            match self.state {
+                State::Text => match self.buf.find(CALL_OPEN) {
+                    Some(at) => {
+                        if at > 0 {
+                            out.push(Piece::Text(self.buf[..at].to_string()));
+                        }
+                        self.buf.drain(..at + CALL_OPEN.len());
+                        self.state = State::Head;
+                    }
+                    None => {
+                        // Hold back what could still become `<tool_call>`.
+                        let keep = (1..CALL_OPEN.len()).rev().find(|&n| self.buf.ends_with(&CALL_OPEN[..n])).unwrap_or(0);
+                        let cut = self.buf.len() - keep;
+                        if cut > 0 {
+                            out.push(Piece::Text(self.buf[..cut].to_string()));
+                            self.buf.drain(..cut);
+                        }
+                        return out;
+                    }
+                },
+                State::Head => match head(&self.buf) {
+                    Some((name, at)) => {
+                        out.push(Piece::Call { index: self.calls, name });
+                        self.buf.drain(..at);
+                        self.state = State::Args { depth: 0, string: false, escape: false };
+                    }
+                    None => return out,
+                },
+                State::Args { mut depth, mut string, mut escape } => {
+                    let mut end = None;
+                    for (i, c) in self.buf.char_indices() {
+                        if string {
+                            match (escape, c) {
+                                (true, _) => escape = false,
+                                (false, '\\') => escape = true,
+                                (false, '"') => string = false,
+                                _ => {}
+                            }
+                        } else {
+                            match c {
+                                '"' => string = true,
+                                '{' | '[' => depth += 1,
+                                '}' | ']' => {
+                                    depth = depth.saturating_sub(1);
+                                    // The arguments (an object) end where it closes.
+                                    if depth == 0 {
+                                        end = Some(i + c.len_utf8());
+                                        break;
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    let upto = end.unwrap_or(self.buf.len());
+                    if upto > 0 {
+                        out.push(Piece::Args { index: self.calls, text: self.buf[..upto].to_string() });
+                        self.buf.drain(..upto);
+                    }
+                    match end {
+                        Some(_) => {
+                            self.calls += 1;
+                            self.state = State::Tail;
+                        }
+                        None => {
+                            self.state = State::Args { depth, string, escape };
+                            return out;
+                        }
+                    }
+                }
+                State::Tail => match self.buf.find(CALL_CLOSE) {
+                    Some(at) => {
+                        self.buf.drain(..at + CALL_CLOSE.len());
+                        // The line break between calls (or after the last) is no text.
+                        let trimmed = self.buf.trim_start_matches(['\n', ' ']).len();
+                        let n = self.buf.len() - trimmed;
+                        self.buf.drain(..n);
+                        self.state = State::Text;
+                    }
+                    None => return out,
+                },
+            }
+        }
+    }
+
+    /// The end of the output: text held back comes out (a call cut short stays cut short).
+    pub fn finish(&mut self) -> Vec<Piece> {
+        let rest = std::mem::take(&mut self.buf);
+        match self.state {
+            State::Text if !rest.is_empty() => vec![Piece::Text(rest)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Calls begun so far.
+    pub fn calls(&self) -> usize {
+        self.calls + usize::from(matches!(self.state, State::Args { .. }))
+    }
+}
+
+/// The whole output split at once: the text outside calls, and each call's name and arguments.
+pub fn split_calls(text: &str) -> (String, Vec<(String, String)>) {
+    let mut s = CallSplitter::default();
+    let mut pieces = s.push(text);
+    pieces.extend(s.finish());
+    let mut content = String::new();
+    let mut calls: Vec<(String, String)> = Vec::new();
+    for p in pieces {
+        match p {
+            Piece::Text(t) => content.push_str(&t),
+            Piece::Call { name, .. } => calls.push((name, String::new())),
+            Piece::Args { index, text } => {
+                if let Some(c) = calls.get_mut(index) {
+                    c.1.push_str(&text);
+                }
+            }
+        }
+    }
+    (content, calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_sorts_keys_at_every_depth() {
+        let a: Value = serde_json::from_str(r#"{"b":{"y":1,"x":[{"q":1,"p":2}]},"a":true}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":true,"b":{"x":[{"p":2,"q":1}],"y":1}}"#).unwrap();
+        assert_eq!(canonical(&a).to_string(), canonical(&b).to_string());
+        assert_eq!(canonical(&a).to_string(), r#"{"a":true,"b":{"x":[{"p":2,"q":1}],"y":1}}"#);
+        assert_eq!(python_json(&canonical(&a)), r#"{"a": true, "b": {"x": [{"p": 2, "q": 1}], "y": 1}}"#);
+    }
+
+    #[test]
+    fn unknown_keywords_are_named() {
+        let ok = serde_json::json!({"type": "object", "properties": {"a": {"type": "string", "maxLength": 3, "description": "x"}}, "required": ["a"]});
+        assert!(check_schema(&ok, "s").is_ok());
+        let bad = serde_json::json!({"type": "object", "properties": {"a": {"type": "string", "maxLenght": 3}}});
+        let e = check_schema(&bad, "s").unwrap_err();
+        assert!(e.contains("`maxLenght`") && e.contains("s.properties.a"), "{e}");
+        let bad = serde_json::json!({"anyOf": [{"type": "string"}, {"dependentRequired": {}}]});
+        assert!(check_schema(&bad, "s").unwrap_err().contains("s.anyOf[1]"));
+        assert!(check_schema(&serde_json::json!(3), "s").is_err());
+    }
+
+    #[test]
+    fn calls_split_from_text_whole_and_streamed() {
+        let out = "Let me look.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": [1, {\"x\": \"}\"}]}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+        let (text, calls) = split_calls(out);
+        assert_eq!(text, "Let me look.");
+        assert_eq!(
+            calls,
+            vec![
+                ("get_weather".to_string(), r#"{"city": "Paris", "days": [1, {"x": "}"}]}"#.to_string()),
+                ("now".to_string(), "{}".to_string())
+            ]
+        );
+        // One character at a time: the same pieces, joined.
+        let mut s = CallSplitter::default();
+        let mut pieces = Vec::new();
+        for c in out.chars() {
+            pieces.extend(s.push(&c.to_string()));
+        }
+        pieces.extend(s.finish());
+        let args: String =
+            pieces.iter().filter_map(|p| if let Piece::Args { index: 0, text } = p { Some(text.as_str()) } else { None }).collect();
+        assert_eq!(args, calls[0].1);
+        assert!(pieces.contains(&Piece::Call { index: 1, name: "now".into() }));
+        // Text that looks like the start of a tag, but is not one, comes out.
+        assert_eq!(split_calls("a <tool b"), ("a <tool b".to_string(), vec![]));
+    }
+}

@@ -1,0 +1,266 @@
+//! Structured output and tool calls (`response_format`, `tools`), natively: every constrained
+//! answer parses and validates against its schema (checked by the `jsonschema` crate, not by
+//! hotprefix), greedy and sampled, on the default model and the tiny one; tool calls in each
+//! `tool_choice`, through the convention (ChatML templates without tools) and through a template
+//! that renders tools itself (Qwen3's, on tiny-qwen3); tool schemas that stay cached whatever
+//! their key order; `tools_changed`; and requests that are refused.
+#![cfg(not(target_arch = "wasm32"))]
+
+use hotprefix::api::ChatRequest;
+use hotprefix::engine::{Engine, EngineOptions};
+use hotprefix::Error;
+use serde_json::{json, Value};
+
+mod common;
+mod dual;
+
+fn load(file: &[u8], context: usize) -> Engine {
+    pollster::block_on(async {
+        let opts = EngineOptions { context: Some(context), kv_budget_mb: Some(32.0), ..EngineOptions::default() };
+        Engine::load(dual::gpu().await, file, opts).await.expect("load")
+    })
+}
+
+fn request(v: Value) -> ChatRequest {
+    ChatRequest::from_json(&v.to_string()).unwrap_or_else(|e| panic!("{e}: {v}"))
+}
+
+fn run(e: &mut Engine, v: Value) -> hotprefix::api::ChatResult {
+    pollster::block_on(e.chat(&request(v.clone()), |_| {})).unwrap_or_else(|err| panic!("{err}: {v}"))
+}
+
+/// The schemas every output is checked against: required and optional fields, enums, arrays with
+/// bounds, nested objects, numbers and integers with bounds, strings with patterns and lengths.
+fn schemas() -> Vec<Value> {
+    vec![
+        json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0, "maximum": 120}, "email": {"type": "string"}}, "required": ["name", "age"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]}, "shade": {"type": "number", "minimum": 0, "maximum": 1}}, "required": ["colour", "shade"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "minItems": 2, "maxItems": 3}}, "required": ["tags"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"canal": {"type": "object", "properties": {"length_km": {"type": "number"}, "locks": {"type": "integer"}}, "required": ["length_km", "locks"], "additionalProperties": false}, "open": {"type": "boolean"}}, "required": ["canal", "open"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"}, "count": {"type": "integer", "exclusiveMinimum": 0, "multipleOf": 5}}, "required": ["code", "count"], "additionalProperties": false}),
+    ]
+}
+
+fn doc_messages() -> Value {
+    json!([
+        {"role": "system", "content": "Extract the facts of the text as JSON."},
+        {"role": "user", "content": "The Harbour Canal runs 38 kilometres from Port Wren to Lake Avel; seven locks lift ships 26 metres. Ask for Mara Quill, 41, at mara@example.org."}
+    ])
+}
+
+/// Each output parses and validates, or was cut short by max_tokens (then `length`).
+fn check_outputs(e: &mut Engine, label: &str, max_tokens: usize, sampled: &[(f32, u64)]) -> usize {
+    let mut valid = 0;
+    for schema in schemas() {
+        let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+        for &(temperature, seed) in sampled {
+            let r = run(
+                e,
+                json!({"messages": doc_messages(), "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "top_p": 0.95,
+                       "response_format": {"type": "json_schema", "json_schema": {"name": "facts", "schema": schema, "strict": true}}}),
+            );
+            if r.finish_reason == "length" {
+                continue;
+            }
+            assert_eq!(r.finish_reason, "stop", "{label}: {}", r.text);
+            let v: Value = serde_json::from_str(&r.text).unwrap_or_else(|err| panic!("{label}: {err}: {:?} for {schema}", r.text));
+            let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{label}, T {temperature}: {} does not validate against {schema}: {errors:?}", r.text);
+            valid += 1;
+        }
+    }
+    valid
+}
+
+#[test]
+fn every_constrained_answer_parses_and_validates() {
+    // The tiny model (random weights, 320 tokens): every schema, greedy and three sampled draws.
+    let mut tiny = load(&hotprefix::testmodel::tiny_gguf(1), 1024);
+    // (Random weights write long numbers and strings: some answers run to max_tokens.)
+    let n = check_outputs(&mut tiny, "tiny", 160, &[(0.0, 0), (1.0, 1), (1.0, 2), (1.5, 3)]);
+    assert!(n >= 10, "only {n} of 20 tiny answers ended within max_tokens");
+    // The default model: every schema greedy, and sampled.
+    let mut e = load(&common::model_bytes(), 1024);
+    let n = check_outputs(&mut e, "SmolLM2", 64, &[(0.0, 0), (0.8, 7)]);
+    assert!(n >= 6, "only {n} of 10 answers ended within max_tokens");
+    // json_object: any object.
+    let r = run(&mut e, json!({"messages": doc_messages(), "max_tokens": 64, "response_format": {"type": "json_object"}}));
+    if r.finish_reason == "stop" {
+        assert!(serde_json::from_str::<Value>(&r.text).unwrap().is_object(), "{}", r.text);
+    }
+    let (tokens, ms) = e.mask_stats();
+    assert!(tokens > 100, "{tokens} constrained tokens");
+    println!("{tokens} constrained tokens, {:.3} ms of mask a token", ms / tokens as f64);
+}
+
+#[test]
+fn an_answer_cut_short_is_length_and_nothing_hangs() {
+    let mut e = load(&hotprefix::testmodel::tiny_gguf(1), 1024);
+    // A string of at least 400 characters cannot end within 12 tokens.
+    let schema = json!({"type": "object", "properties": {"essay": {"type": "string", "minLength": 400}}, "required": ["essay"]});
+    let r = run(
+        &mut e,
+        json!({"messages": doc_messages(), "max_tokens": 12, "response_format": {"type": "json_schema", "json_schema": {"name": "long", "schema": schema}}}),
+    );
+    assert_eq!(r.finish_reason, "length");
+    assert_eq!(r.usage.completion_tokens, 12);
+    assert!(r.text.starts_with("{\"essay\": \""), "{}", r.text);
+}
+
+fn weather_tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city now.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time", "description": "The time in a time zone.",
+            "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 30}}, "required": ["zone"], "additionalProperties": false}}}
+    ])
+}
+
+/// A call's arguments parse and validate against its function's parameters.
+fn check_call(c: &hotprefix::chat::ToolCall, tools: &Value) {
+    let f = tools.as_array().unwrap().iter().find(|t| t["function"]["name"] == c.function.name).expect("a call of one of the tools");
+    let args: Value = serde_json::from_str(&c.function.arguments).unwrap_or_else(|e| panic!("{e}: {}", c.function.arguments));
+    let v = jsonschema::validator_for(&f["function"]["parameters"]).unwrap();
+    assert!(v.is_valid(&args), "{} does not validate", c.function.arguments);
+    assert!(c.id.starts_with("call_") && c.kind == "function");
+}
+
+fn tool_calls_in_every_choice(e: &mut Engine, label: &str) {
+    let tools = weather_tools();
+    let ask =
+        json!([{"role": "system", "content": "You help with the weather."}, {"role": "user", "content": "What is the weather in Paris?"}]);
+    // required: a valid call of one of the two.
+    let r = run(e, json!({"messages": ask, "tools": tools, "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 64}));
+    assert_eq!(r.finish_reason, "tool_calls", "{label}: {r:?}");
+    assert_eq!(r.tool_calls.len(), 1);
+    check_call(&r.tool_calls[0], &tools);
+    // A named function: that one.
+    let r = run(
+        e,
+        json!({"messages": ask, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_time"}}, "max_tokens": 64}),
+    );
+    assert_eq!((r.finish_reason, r.tool_calls.len()), ("tool_calls", 1), "{label}: {r:?}");
+    assert_eq!(r.tool_calls[0].function.name, "get_time");
+    check_call(&r.tool_calls[0], &tools);
+    // none: text, and the prompt (tools included) is the one the other requests had.
+    let none = run(e, json!({"messages": ask, "tools": tools, "tool_choice": "none", "max_tokens": 8}));
+    assert!(none.tool_calls.is_empty() && none.finish_reason != "tool_calls", "{label}: {none:?}");
+    assert!(none.usage.prompt_tokens_details.cached_tokens >= none.usage.prompt_tokens - 1, "{label}: the same prompt: {:?}", none.usage);
+    // A follow-up with the assistant's call and the tool's result: it renders, and the cache
+    // holds everything up to the result.
+    let first = run(
+        e,
+        json!({"messages": ask, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 64}),
+    );
+    let call = &first.tool_calls[0];
+    let mut follow = ask.as_array().unwrap().clone();
+    follow.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}]}));
+    follow.push(json!({"role": "tool", "tool_call_id": call.id, "content": "{\"temperature\": 18, \"sky\": \"clear\"}"}));
+    let follow = json!({"messages": follow, "tools": tools, "max_tokens": 8});
+    let result_at = e.encode_request(&request(follow.clone())).unwrap().contents[3].start;
+    let r = run(e, follow);
+    // (The template's last character before the result can merge with the result's first one
+    // into one token: that token cannot have been resident.)
+    assert!(
+        r.usage.prompt_tokens_details.cached_tokens + 1 >= result_at && result_at > first.usage.prompt_tokens,
+        "{label}: everything up to the tool's result ({result_at} tokens) was resident: cached {} of {} (the first prompt: {})",
+        r.usage.prompt_tokens_details.cached_tokens,
+        r.usage.prompt_tokens,
+        first.usage.prompt_tokens
+    );
+}
+
+#[test]
+fn tool_calls_through_the_convention_and_through_a_template_that_renders_tools() {
+    // SmolLM2's ChatML takes no tools: the tools go into the system prompt.
+    let mut e = load(&common::model_bytes(), 2048);
+    tool_calls_in_every_choice(&mut e, "SmolLM2");
+    // Qwen3's template renders the tools, the calls and the results itself.
+    let path = common::root().join("models/archs/tiny-qwen3.gguf");
+    let file = std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+    let mut q = load(&file, 2048);
+    tool_calls_in_every_choice(&mut q, "tiny-qwen3");
+}
+
+#[test]
+fn tool_schemas_stay_cached_whatever_their_key_order_and_a_reorder_is_named() {
+    let mut e = load(&common::model_bytes(), 2048);
+    let ask = |q: &str| json!([{"role": "system", "content": "You help with the weather."}, {"role": "user", "content": q}]);
+    let tools = weather_tools();
+    let first = run(&mut e, json!({"messages": ask("Weather in Oslo?"), "tools": tools, "max_tokens": 1}));
+    // The same tools, every object's keys in another order (and the request's spacing another).
+    let shuffled: Value = serde_json::from_str(
+        r#"[{"function": {"parameters": {"additionalProperties": false, "required": ["city", "unit"],
+              "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}, "city": {"maxLength": 30, "type": "string"}}, "type": "object"},
+            "description": "The weather in a city now.", "name": "get_weather"}, "type": "function"},
+           {"type": "function", "function": {"parameters": {"required": ["zone"], "type": "object", "additionalProperties": false,
+              "properties": {"zone": {"type": "string", "maxLength": 30}}}, "name": "get_time", "description": "The time in a time zone."}}]"#,
+    )
+    .unwrap();
+    let second = run(&mut e, json!({"messages": ask("Weather in Rome?"), "tools": shuffled, "max_tokens": 1}));
+    let static_tokens = first.prompt.iter().zip(&second.prompt).take_while(|(a, b)| a == b).count();
+    assert!(
+        second.usage.prompt_tokens_details.cached_tokens >= static_tokens && static_tokens + 20 > second.usage.prompt_tokens,
+        "the system prompt and the tools are cached: {} of {} ({} shared)",
+        second.usage.prompt_tokens_details.cached_tokens,
+        second.usage.prompt_tokens,
+        static_tokens
+    );
+    assert!(second.cache.warnings.iter().all(|w| w.code.as_str() != "tools_changed"), "{:?}", second.cache.warnings);
+    // The tools in another order: the warning names the first tool that moved.
+    let mut reordered = tools.as_array().unwrap().clone();
+    reordered.reverse();
+    let third = run(&mut e, json!({"messages": ask("Weather in Lima?"), "tools": reordered, "max_tokens": 1}));
+    let w = third.cache.warnings.iter().find(|w| w.code.as_str() == "tools_changed").expect("tools_changed");
+    assert!(w.detail.contains("\"get_time\" moved from position 1 to 0"), "{}", w.detail);
+}
+
+#[test]
+fn bad_structured_requests_are_invalid_requests() {
+    let base = |extra: Value| {
+        let mut v = json!({"messages": [{"role": "user", "content": "hi"}]});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v.to_string()
+    };
+    let refused = |extra: Value, says: &str| match ChatRequest::from_json(&base(extra.clone())) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(says), "{extra}: {m}"),
+        other => panic!("{extra}: expected InvalidArgument, got {other:?}"),
+    };
+    refused(
+        json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "string", "maxLenght": 3}}}}}}),
+        "`maxLenght`",
+    );
+    refused(
+        json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "dependentRequired": {}}}}}),
+        "`dependentRequired`",
+    );
+    refused(json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 7}}}), "schema");
+    refused(json!({"response_format": {"type": "xml"}}), "xml");
+    refused(json!({"tools": [{"type": "function", "function": {"parameters": {"type": "object"}}}]}), "tools[0].function.name");
+    refused(
+        json!({"tools": [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}]}),
+        "used by another tool",
+    );
+    refused(
+        json!({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "b"}}}),
+        "not among the tools",
+    );
+    refused(json!({"tool_choice": "required"}), "no tools");
+    refused(
+        json!({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "call_x", "content": "42"}]}),
+        "answers no earlier tool call",
+    );
+    // An invalid schema that passes the keyword check is refused when its grammar is built.
+    let mut e = load(&hotprefix::testmodel::tiny_gguf(1), 1024);
+    let bad = request(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "(["}}}}}}));
+    match pollster::block_on(e.chat(&bad, |_| {})) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("response grammar"), "{m}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    // The engine still answers.
+    let ok = run(&mut e, json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}));
+    assert!(ok.usage.completion_tokens > 0);
+}
