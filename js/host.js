@@ -6,7 +6,11 @@ import { OP } from './names.js';
 
 // What each operation does on a loaded engine. `ctx`: {onEvent, signal}.
 const ON_CORE = {
-  [OP.chat]: (core, args, { onEvent, signal }) => core.chat(args.request, (text) => onEvent?.({ type: 'text', text }), signal),
+  // A piece of the answer: text, or a tool call's start ({index, id, name}) or arguments ({index, arguments}).
+  // (The call's id travels as `callId`: a worker message's own `id` names its request.)
+  [OP.chat]: (core, args, { onEvent, signal }) => core.chat(args.request, (piece) => onEvent?.(typeof piece === 'string'
+    ? { type: 'text', text: piece }
+    : { type: 'tool', index: piece.index, callId: piece.id, name: piece.name, arguments: piece.arguments }), signal),
   [OP.stats]: (core) => core.stats(),
   [OP.clear]: (core) => core.clear(),
   [OP.persist]: (core) => core.persist(),
@@ -18,7 +22,7 @@ const ON_CORE = {
 };
 
 /**
- * The engine's operations by name. `onEvent({type: 'progress', progress} | {type: 'text', text})`.
+ * The engine's operations by name. `onEvent({type: 'progress', progress} | {type: 'text', text} | {type: 'tool', index, callId?, name?, arguments?})`.
  */
 export class Host {
   core = null;

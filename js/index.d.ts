@@ -62,14 +62,49 @@ export interface CreateEngineOptions {
   restoreCache?: boolean;
 }
 
+/** A text part of a message's content (the parts are joined; image and audio parts are refused). */
+export interface ChatContentPartText {
+  type: 'text';
+  text: string;
+}
+
+/** One call of a function, in an assistant message or a result. */
+export interface ToolCall {
+  /** `call_…`: a `tool` message answers it by this id. */
+  id: string;
+  type: 'function';
+  function: { name: string; /** A JSON object, as text. */ arguments: string };
+}
+
 export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant' | (string & {});
-  content: string;
+  /** `developer` is read as `system`; `tool` answers a call (`tool_call_id`). */
+  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool' | (string & {});
+  /** Text, text parts, or null on an assistant message that only calls tools. */
+  content: string | ChatContentPartText[] | null;
   /** The author's name, for chat templates that render it (refused where the template does not). */
   name?: string;
   /** Never dropped by head truncation (system messages never are). */
   pinned?: boolean;
+  /** An assistant message's calls. */
+  tool_calls?: ToolCall[];
+  /** A `tool` message: the call it answers. */
+  tool_call_id?: string;
 }
+
+/** A function the model may call. Its `parameters` (a JSON Schema object; keywords the grammar
+ * would not enforce are refused) constrain the arguments it writes. */
+export interface FunctionTool {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean | null };
+}
+
+/** What the answer must be: text, any JSON object, or JSON valid against a schema. */
+export type ResponseFormat =
+  | { type: 'text' }
+  | { type: 'json_object' }
+  | { type: 'json_schema'; json_schema: { name: string; description?: string; schema?: Record<string, unknown>; strict?: boolean | null } };
+
+export type ToolChoice = 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } };
 
 export interface ChatCompletionCreateParams {
   messages: ChatMessage[];
@@ -90,6 +125,14 @@ export interface ChatCompletionCreateParams {
   stop?: string | string[] | null;
   /** Prefixes are shared only between requests with the same salt. */
   cache_salt?: string | null;
+  /** Constrain the answer to JSON (json_object) or to a JSON Schema (json_schema). */
+  response_format?: ResponseFormat | null;
+  /** Functions the model may call; rendered in this order, each schema canonically (cache-stable). */
+  tools?: FunctionTool[] | null;
+  /** Default `auto` with tools. */
+  tool_choice?: ToolChoice | null;
+  /** Several calls in one answer (default true). */
+  parallel_tool_calls?: boolean | null;
   n?: 1 | null;
   model?: string;
   stream?: boolean | null;
@@ -147,7 +190,7 @@ export interface HotprefixReport {
   timings: Timings;
 }
 
-export type FinishReason = 'stop' | 'length';
+export type FinishReason = 'stop' | 'length' | 'tool_calls';
 
 export interface ChatCompletion {
   id: string;
@@ -157,7 +200,8 @@ export interface ChatCompletion {
   system_fingerprint: null;
   choices: Array<{
     index: number;
-    message: { role: 'assistant'; content: string; refusal: null };
+    /** `content` is null when the answer only calls tools. */
+    message: { role: 'assistant'; content: string | null; refusal: null; tool_calls?: ToolCall[] };
     logprobs: null;
     finish_reason: FinishReason;
   }>;
@@ -173,7 +217,12 @@ export interface ChatCompletionChunk {
   system_fingerprint: null;
   choices: Array<{
     index: number;
-    delta: { role?: 'assistant'; content?: string };
+    /** A call's `id`, `type` and `function.name` come in its first delta, its arguments in pieces after. */
+    delta: {
+      role?: 'assistant';
+      content?: string;
+      tool_calls?: Array<{ index: number; id?: string; type?: 'function'; function: { name?: string; arguments: string } }>;
+    };
     logprobs: null;
     finish_reason: FinishReason | null;
   }>;

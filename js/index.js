@@ -16,7 +16,7 @@ export { MODEL_CACHE, SAVED_DIR } from './names.js';
 import { OP } from './names.js';
 
 // Request fields hotprefix does not implement: refused rather than silently ignored.
-const UNSUPPORTED = ['tools', 'tool_choice', 'functions', 'function_call', 'response_format', 'logprobs', 'top_logprobs', 'logit_bias', 'audio', 'modalities'];
+const UNSUPPORTED = ['functions', 'function_call', 'logprobs', 'top_logprobs', 'logit_bias', 'audio', 'modalities'];
 
 // Numeric request fields: checked here, since JSON turns NaN and Infinity into null.
 const NUMBERS = ['max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'repetition_penalty', 'frequency_penalty', 'presence_penalty', 'seed'];
@@ -114,6 +114,14 @@ function randomId() {
   return [...b].map((x) => x.toString(36).padStart(2, '0')).join('').slice(0, 24);
 }
 
+// The answer as OpenAI's `message`: the text (null when the answer only calls tools) and the calls.
+function messageOf(r) {
+  const calls = r.tool_calls ?? [];
+  const message = { role: 'assistant', content: calls.length && !r.text ? null : r.text, refusal: null };
+  if (calls.length) message.tool_calls = calls;
+  return message;
+}
+
 function usageOf(r) {
   const u = r.usage;
   return {
@@ -124,17 +132,34 @@ function usageOf(r) {
   };
 }
 
+// A message as the engine reads it: OpenAI's `content` as a string, or as text parts (joined; an
+// image or audio part is refused), or null on an assistant message that calls tools; the
+// `developer` role is `system`, as OpenAI treats it for models without one.
+function engineMessage(m, i) {
+  if (!m || typeof m !== 'object' || typeof m.role !== 'string') throw new InvalidRequestError(`messages[${i}] must be {role: string, content: string}`);
+  let { content } = m;
+  if (Array.isArray(content)) {
+    content = content.map((p, j) => {
+      if (p?.type === 'text' && typeof p.text === 'string') return p.text;
+      throw new InvalidRequestError(`messages[${i}].content[${j}]: only text parts are supported (got ${p?.type ?? typeof p})`);
+    }).join('');
+  } else if (content == null && m.role === 'assistant' && Array.isArray(m.tool_calls) && m.tool_calls.length) {
+    content = null;
+  } else if (typeof content !== 'string') {
+    throw new InvalidRequestError(`messages[${i}].content must be a string or text parts`);
+  }
+  if (m.name != null && typeof m.name !== 'string') throw new InvalidRequestError(`messages[${i}].name must be a string`);
+  const out = { ...m, role: m.role === 'developer' ? 'system' : m.role, content };
+  for (const k of ['name', 'tool_calls', 'tool_call_id', 'refusal']) if (out[k] == null) delete out[k];
+  return out;
+}
+
 // The request the engine reads: OpenAI's fields, nulls meaning "the default".
 function engineRequest(params) {
   if (!params || typeof params !== 'object') throw new InvalidRequestError('create() takes a request object');
   const { signal, stream, stream_options: streamOptions, n, ...rest } = params;
   if (!Array.isArray(rest.messages) || rest.messages.length === 0) throw new InvalidRequestError('messages must be a non-empty array');
-  for (const [i, m] of rest.messages.entries()) {
-    if (!m || typeof m !== 'object' || typeof m.role !== 'string' || typeof m.content !== 'string') {
-      throw new InvalidRequestError(`messages[${i}] must be {role: string, content: string}`);
-    }
-    if (m.name != null && typeof m.name !== 'string') throw new InvalidRequestError(`messages[${i}].name must be a string`);
-  }
+  rest.messages = rest.messages.map((m, i) => engineMessage(m, i));
   // JSON has no NaN or Infinity (they would reach the engine as null).
   for (const k of NUMBERS) {
     if (rest[k] != null && !(typeof rest[k] === 'number' && Number.isFinite(rest[k]))) {
@@ -200,7 +225,7 @@ class Engine {
       return {
         ...base,
         object: 'chat.completion',
-        choices: [{ index: 0, message: { role: 'assistant', content: r.text, refusal: null }, logprobs: null, finish_reason: r.finish_reason }],
+        choices: [{ index: 0, message: messageOf(r), logprobs: null, finish_reason: r.finish_reason }],
         usage: usageOf(r),
         hotprefix: { cache: r.cache, timings: r.timings },
       };
@@ -210,7 +235,15 @@ class Engine {
     return new ChunkStream((push, ac) => {
       push(chunk(delta({ role: 'assistant', content: '' })));
       return this.#backend
-        .call(OP.chat, { request }, { signal: ac.signal, onEvent: (m) => m.type === 'text' && push(chunk(delta({ content: m.text }))) })
+        .call(OP.chat, { request }, {
+          signal: ac.signal,
+          onEvent: (m) => {
+            if (m.type === 'text') push(chunk(delta({ content: m.text })));
+            // A call's id, type and name come first (arguments ''), then its arguments in pieces.
+            else if (m.type === 'tool' && m.name != null) push(chunk(delta({ tool_calls: [{ index: m.index, id: m.callId, type: 'function', function: { name: m.name, arguments: '' } }] })));
+            else if (m.type === 'tool') push(chunk(delta({ tool_calls: [{ index: m.index, function: { arguments: m.arguments } }] })));
+          },
+        })
         .then((r) => {
           const report = { hotprefix: { cache: r.cache, timings: r.timings } };
           if (includeUsage) {

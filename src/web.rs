@@ -190,11 +190,14 @@ impl WebEngine {
     }
 
     /// Answers a chat request (a JSON string: `{messages, max_tokens, temperature, top_p, top_k,
-    /// seed, stop, cache_salt}`), calling `onText(piece)` as text arrives; `signal` (a DOM
-    /// `AbortSignal`) stops it at the next token, with `finish_reason: "abort"`. Returns `{text,
-    /// tokens, finish_reason, usage: {prompt_tokens, completion_tokens, prompt_tokens_details:
-    /// {cached_tokens}}, timings: {ttft_ms, prefill_ms, decode_tok_s}, cache: {reused_tokens,
-    /// dropped_messages, diverged_at?, warnings}}`, as `hotprefix session` prints it.
+    /// seed, stop, cache_salt, response_format, tools, tool_choice, parallel_tool_calls}`), calling
+    /// `onText(piece)` as the answer arrives: a string of text, or, for a tool call,
+    /// `{index, id, name}` when it begins and `{index, arguments}` for each piece of its
+    /// arguments; `signal` (a DOM `AbortSignal`) stops it at the next token, with
+    /// `finish_reason: "abort"`. Returns `{text, tool_calls?, tokens, finish_reason, usage:
+    /// {prompt_tokens, completion_tokens, prompt_tokens_details: {cached_tokens}}, timings:
+    /// {ttft_ms, prefill_ms, decode_tok_s}, cache: {reused_tokens, dropped_messages, diverged_at?,
+    /// warnings}}`, as `hotprefix session` prints it.
     pub async fn chat(
         &mut self,
         request: String,
@@ -214,8 +217,17 @@ impl WebEngine {
         }
         let r = self
             .engine
-            .chat_with(&req, Some(abort), |piece| {
-                let _ = on_text.call1(&JsValue::NULL, &JsValue::from_str(piece));
+            .chat_deltas(&req, Some(abort), |delta| {
+                let piece = match delta {
+                    crate::api::Delta::Text(t) => JsValue::from_str(&t),
+                    crate::api::Delta::Call { index, id, name } => {
+                        to_js(&serde_json::json!({"index": index, "id": id, "name": name})).unwrap_or(JsValue::NULL)
+                    }
+                    crate::api::Delta::Arguments { index, text } => {
+                        to_js(&serde_json::json!({"index": index, "arguments": text})).unwrap_or(JsValue::NULL)
+                    }
+                };
+                let _ = on_text.call1(&JsValue::NULL, &piece);
             })
             .await;
         if let (Some(s), Some(cb)) = (&signal, &listener) {

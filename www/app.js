@@ -22,6 +22,7 @@ const fmt = (n, d = 0) => Number(n).toLocaleString('en-US', { maximumFractionDig
 const mb = (b) => `${fmt(b / 1048576, 1)} MB`;
 
 let engine = null;
+const BUTTONS = ['send', 'prewarm', 'wrong', 'new-chat', 'forget', 'extract']; // enabled while a model is loaded
 let history = [];       // this chat's turns after the system message: append-only
 let running = null;     // the AbortController of the request in flight
 let lastDiagnosis = null;
@@ -71,7 +72,7 @@ function loaded() {
   $('load-status').textContent = `Loaded ${engine.model} on ${engine.adapter}.${note}`;
   $('load-status').dataset.restored = r ? (r.warning ? 'warning' : 'yes') : 'none';
   $('model-name').textContent = engine.model;
-  for (const id of ['send', 'prewarm', 'wrong', 'new-chat', 'forget']) $(id).disabled = false;
+  for (const id of BUTTONS) $(id).disabled = false;
   state('ready');
 }
 
@@ -128,7 +129,7 @@ async function switchModel() {
   if (!candidate || running) return;
   const { source, label } = candidate;
   $('model-load').hidden = true;
-  for (const id of ['send', 'prewarm', 'wrong', 'new-chat', 'forget']) $(id).disabled = true;
+  for (const id of BUTTONS) $(id).disabled = true;
   state('loading');
   try {
     const next = await openModel(source);
@@ -146,7 +147,7 @@ async function switchModel() {
     el.append(Object.assign(document.createElement('p'), { className: 'verdict', textContent: `Could not load ${label}: ${e.name}: ${e.message}` }));
     if (engine) {
       $('load-status').textContent = `Still on ${engine.model}: ${label} did not load.`;
-      for (const id of ['send', 'prewarm', 'wrong', 'new-chat', 'forget']) $(id).disabled = false;
+      for (const id of BUTTONS) $(id).disabled = false;
       state('ready');
     } else {
       state('error');
@@ -190,7 +191,8 @@ function meta(div, r) {
 }
 
 // Sends `messages` (streamed into a new bubble); returns the usage chunk, or null when stopped.
-async function complete(messages, { maxTokens = MAX_TOKENS, label } = {}) {
+// `extra`: more request fields (response_format).
+async function complete(messages, { maxTokens = MAX_TOKENS, label, extra = {} } = {}) {
   const div = bubble('assistant');
   if (label) div.dataset.label = label;
   running = new AbortController();
@@ -200,7 +202,7 @@ async function complete(messages, { maxTokens = MAX_TOKENS, label } = {}) {
   let last = null;
   try {
     const stream = await engine.chat.completions.create({
-      messages, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true }, signal: running.signal,
+      messages, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true }, signal: running.signal, ...extra,
     });
     for await (const chunk of stream) {
       const piece = chunk.choices[0]?.delta?.content;
@@ -338,6 +340,46 @@ async function wrongLayout() {
   state('ready');
 }
 
+// "Extract as JSON": the document's facts, held to the schema while they are generated. The
+// system prompt and document stay first (cached); the request and schema come last.
+const SCHEMA = {
+  type: 'object',
+  properties: {
+    name: { type: 'string', maxLength: 80 },
+    length_km: { type: 'number', minimum: 0 },
+    locks: { type: 'integer', minimum: 0 },
+    opening_hours: { type: 'string', pattern: '^[0-2][0-9]:[0-5][0-9]-[0-2][0-9]:[0-5][0-9]$' },
+    fees: { type: 'array', maxItems: 4, items: { type: 'object', properties: { who: { type: 'string', maxLength: 40 }, euros: { type: 'number' } }, required: ['who', 'euros'], additionalProperties: false } },
+  },
+  required: ['name', 'length_km', 'locks', 'opening_hours', 'fees'],
+  additionalProperties: false,
+};
+
+async function extract() {
+  if (!engine || running) return;
+  let schema;
+  try {
+    schema = JSON.parse($('schema').value);
+  } catch (e) {
+    bubble('assistant', `The schema is not JSON: ${e.message}`).classList.add('error');
+    return;
+  }
+  const q = 'Extract the facts of the document as JSON.';
+  bubble('user', `[as JSON] ${q}`);
+  const response_format = { type: 'json_schema', json_schema: { name: 'facts', strict: true, schema } };
+  const done = await complete([systemMessage(), { role: 'user', content: q }], { maxTokens: Math.max(MAX_TOKENS, 160), label: 'json', extra: { response_format } }).catch(() => null);
+  if (done) {
+    const last = $('log').lastElementChild;
+    try {
+      last.firstChild.textContent = JSON.stringify(JSON.parse(done.text), null, 2);
+      last.dataset.json = 'valid';
+    } catch {
+      last.dataset.json = done.result?.choices?.[0]?.finish_reason === 'length' ? 'cut' : 'invalid';
+    }
+  }
+  state('ready');
+}
+
 function newChat() {
   history = [];
   $('log').replaceChildren();
@@ -413,6 +455,7 @@ $('model').addEventListener('dragleave', () => $('model').classList.remove('drop
 $('model').addEventListener('drop', (e) => { e.preventDefault(); $('model').classList.remove('drop'); pickFile(e.dataTransfer?.files?.[0]); });
 $('message').addEventListener('keydown', (e) => { if (e.key === 'Enter' && !e.shiftKey) send(e); });
 $('stop').addEventListener('click', () => running?.abort());
+$('extract').addEventListener('click', extract);
 $('prewarm').addEventListener('click', prewarm);
 $('wrong').addEventListener('click', wrongLayout);
 $('new-chat').addEventListener('click', newChat);
@@ -424,6 +467,7 @@ $('doc').addEventListener('dragleave', () => $('doc').classList.remove('drop'));
 $('doc').addEventListener('drop', dropFile);
 
 $('system').value = 'You are a helpful assistant. Answer questions using only the document below. Be brief.';
+$('schema').value = JSON.stringify(SCHEMA, null, 2);
 $('doc').value = await fetch('./sample.md').then((r) => (r.ok ? r.text() : '')).catch(() => '');
 contextChanged();
 window.canonicalJSON = canonicalJSON; // for the console: the cache-stable way to serialise tool schemas

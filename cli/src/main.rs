@@ -56,6 +56,16 @@ enum Cmd {
         /// Print one JSON object instead of streaming text.
         #[arg(long)]
         json: bool,
+        /// With --messages: OpenAI's `response_format`, as JSON text or a .json file, e.g.
+        /// '{"type": "json_schema", "json_schema": {"name": "x", "schema": {...}}}'.
+        #[arg(long, requires = "messages")]
+        response_format: Option<String>,
+        /// With --messages: OpenAI's `tools` (a JSON array, as text or a .json file).
+        #[arg(long, requires = "messages")]
+        tools: Option<String>,
+        /// With --tools: none, auto, required, or the name of the function to call.
+        #[arg(long, requires = "tools")]
+        tool_choice: Option<String>,
     },
     /// Teacher-force token ids and print the top-K logits after each, plus a greedy continuation.
     Score {
@@ -110,7 +120,8 @@ enum Cmd {
     /// Benchmarks: the model (prefill and decode tok/s), `kernels`, or `cache` (TTFT cold vs warm,
     /// and prefill efficiency over a scripted chat).
     Bench {
-        /// `model` (default), `kernels`, `cache` or `profile` (GPU time per kernel, timestamp queries).
+        /// `model` (default), `kernels`, `cache`, `profile` (GPU time per kernel, timestamp queries)
+        /// or `structured` (decode held to a JSON Schema vs free, the mask's time a token).
         #[arg(default_value = "model")]
         what: String,
         #[arg(long, default_value = DEFAULT_MODEL)]
@@ -148,11 +159,47 @@ fn main() -> ExitCode {
     };
     let result = pollster::block_on(async {
         match cli.cmd {
-            Cmd::Run { model, prompt, messages, max_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop, json } => {
-                let sampling = SamplingParams { temperature, top_k, top_p, repetition_penalty, seed, ..SamplingParams::default() };
-                let params = GenerateParams { max_tokens, sampling, stop, ..GenerateParams::default() };
-                run(&model, prompt, messages, params, json).await
-            }
+            Cmd::Run {
+                model,
+                prompt,
+                messages,
+                max_tokens,
+                temperature,
+                top_k,
+                top_p,
+                repetition_penalty,
+                seed,
+                stop,
+                json,
+                response_format,
+                tools,
+                tool_choice,
+            } => match messages {
+                Some(m) => {
+                    let mut req = serde_json::json!({
+                        "messages": read_messages(&m)?, "max_tokens": max_tokens, "temperature": temperature,
+                        "top_k": top_k, "top_p": top_p, "repetition_penalty": repetition_penalty, "seed": seed, "stop": stop,
+                    });
+                    if let Some(f) = response_format {
+                        req["response_format"] = json_arg("--response-format", &f)?;
+                    }
+                    if let Some(t) = tools {
+                        req["tools"] = json_arg("--tools", &t)?;
+                    }
+                    if let Some(c) = tool_choice {
+                        req["tool_choice"] = match c.as_str() {
+                            "none" | "auto" | "required" => serde_json::Value::String(c),
+                            name => serde_json::json!({"type": "function", "function": {"name": name}}),
+                        };
+                    }
+                    chat(&model, &req.to_string(), json).await
+                }
+                None => {
+                    let sampling = SamplingParams { temperature, top_k, top_p, repetition_penalty, seed, ..SamplingParams::default() };
+                    let params = GenerateParams { max_tokens, sampling, stop, ..GenerateParams::default() };
+                    run(&model, prompt, params, json).await
+                }
+            },
             Cmd::Score { model, tokens, top, greedy } => score(&model, &tokens, top, greedy).await,
             Cmd::Session { model, requests, no_cache, kv_budget_mb, context } => {
                 let opts = EngineOptions { context, kv_budget_mb, cache: !no_cache, ..EngineOptions::default() };
@@ -165,7 +212,8 @@ fn main() -> ExitCode {
                 "kernels" => bench::kernels(&formats).await,
                 "profile" => bench::profile(&model, json, &section, &kernels).await,
                 "cache" => bench::cache(&model, json).await,
-                other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model, kernels, cache or profile"))),
+                "structured" => bench::structured(&model, json, runs.max(1)).await,
+                other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model, kernels, cache, profile or structured"))),
             },
         }
     });
@@ -191,16 +239,52 @@ pub(crate) fn read_messages(path: &str) -> Result<Vec<Message>> {
     serde_json::from_str(&text).map_err(|e| Error::InvalidArgument(format!("{path}: not a list of {{role, content}} messages: {e}")))
 }
 
-async fn run(model: &str, prompt: Option<String>, messages: Option<String>, params: GenerateParams, json: bool) -> Result<()> {
+/// A JSON argument: the text itself when it starts like JSON, else a file holding it.
+fn json_arg(flag: &str, v: &str) -> Result<serde_json::Value> {
+    let text = match v.trim_start().starts_with(['{', '[']) {
+        true => v.to_string(),
+        false => std::fs::read_to_string(v).map_err(|e| Error::InvalidArgument(format!("{flag}: cannot read {v}: {e}")))?,
+    };
+    serde_json::from_str(&text).map_err(|e| Error::InvalidArgument(format!("{flag}: not JSON: {e}")))
+}
+
+/// `run --messages`: one chat request (the model's template, `response_format`, tools), its
+/// text streamed; tool calls printed after it, one JSON line each; or, with `--json`, the result
+/// as `hotprefix session` prints it.
+async fn chat(model: &str, request: &str, json: bool) -> Result<()> {
+    let req = hotprefix::api::ChatRequest::from_json(request)?;
     let file = read_model(model)?;
-    let messages = messages.as_deref().map(read_messages).transpose()?;
     let gpu = Gpu::new().await?;
     let mut engine =
         Engine::load(gpu, &file, EngineOptions { context: Some(4096), kv_budget_mb: Some(128.0), ..EngineOptions::default() }).await?;
-    let ids = match (&prompt, &messages) {
-        (_, Some(m)) => engine.encode_chat(m)?,
-        (Some(p), None) => engine.tokenizer().encode_prompt(p)?,
-        (None, None) => return Err(Error::InvalidArgument("give --prompt or --messages".into())),
+    let mut stdout = std::io::stdout();
+    let r = engine
+        .chat_deltas(&req, None, |d| {
+            if let (false, hotprefix::api::Delta::Text(t)) = (json, d) {
+                let _ = stdout.write_all(t.as_bytes());
+                let _ = stdout.flush();
+            }
+        })
+        .await?;
+    if json {
+        println!("{}", serde_json::to_string(&r).map_err(|e| Error::InvalidArgument(e.to_string()))?);
+    } else {
+        println!();
+        for c in &r.tool_calls {
+            println!("{}", serde_json::to_string(c).map_err(|e| Error::InvalidArgument(e.to_string()))?);
+        }
+    }
+    Ok(())
+}
+
+async fn run(model: &str, prompt: Option<String>, params: GenerateParams, json: bool) -> Result<()> {
+    let file = read_model(model)?;
+    let gpu = Gpu::new().await?;
+    let mut engine =
+        Engine::load(gpu, &file, EngineOptions { context: Some(4096), kv_budget_mb: Some(128.0), ..EngineOptions::default() }).await?;
+    let ids = match &prompt {
+        Some(p) => engine.tokenizer().encode_prompt(p)?,
+        None => return Err(Error::InvalidArgument("give --prompt or --messages".into())),
     };
     let mut stdout = std::io::stdout();
     let g = engine

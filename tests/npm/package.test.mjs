@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import Ajv from 'ajv';
 import { serve, CHROMIUM, corruptSavedCache } from '../page/serve.mjs';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -177,6 +178,93 @@ test('Gemma-3-270m (SentencePiece, sliding window, a 262,144-row head split over
   assert.ok(r.first.choices[0].message.content.length > 0);
   assert.equal(r.again.choices[0].message.content, r.first.choices[0].message.content, 'greedy: the same answer');
   assert.equal(r.again.usage.prompt_tokens_details.cached_tokens, r.first.usage.prompt_tokens - 1);
+});
+
+const WEATHER_TOOLS = [
+  { type: 'function', function: { name: 'get_weather', description: 'The weather in a city now.', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 20 }, unit: { enum: ['celsius', 'fahrenheit'] } }, required: ['city', 'unit'], additionalProperties: false } } },
+  { type: 'function', function: { name: 'get_time', description: 'The time in a zone.', parameters: { type: 'object', properties: { zone: { type: 'string', maxLength: 20 } }, required: ['zone'], additionalProperties: false } } },
+];
+
+test('structured output and tool calls in the worker: answers validate, calls stream as OpenAI streams them, bad requests are InvalidRequestError', { timeout: 600_000 }, async () => {
+  const schemas = [
+    { type: 'object', properties: { name: { type: 'string', maxLength: 16 }, age: { type: 'integer', minimum: 0, maximum: 99 } }, required: ['name', 'age'], additionalProperties: false },
+    { type: 'object', properties: { colour: { enum: ['red', 'green', 'blue'] }, tags: { type: 'array', items: { enum: ['a', 'b', 'c'] }, minItems: 1, maxItems: 3 } }, required: ['colour', 'tags'], additionalProperties: false },
+    { type: 'object', properties: { code: { type: 'string', pattern: '^[A-Z]{3}-[0-9]{2}$' }, ok: { type: 'boolean' }, at: { type: 'object', properties: { x: { type: 'integer', minimum: -9, maximum: 9 } }, required: ['x'], additionalProperties: false } }, required: ['code', 'ok', 'at'], additionalProperties: false },
+  ];
+  const r = await page.evaluate(async ({ schemas, tools }) => {
+    const engine = await window.hotprefix.createEngine({ model: '/models/tiny-llama.gguf', kvBudgetMB: 8 });
+    const settle = (p) => p.then((v) => ({ v }), (e) => ({ e: { name: e.name, message: e.message } }));
+    try {
+      const messages = [{ role: 'system', content: 'Answer as JSON.' }, { role: 'user', content: 'Describe the canal.' }];
+      const answers = [];
+      for (const schema of schemas) {
+        for (const [temperature, seed] of [[0, 0], [1, 3]]) {
+          const a = await engine.chat.completions.create({ messages, max_tokens: 96, temperature, seed, response_format: { type: 'json_schema', json_schema: { name: 'x', schema, strict: true } } });
+          answers.push({ schema, text: a.choices[0].message.content, finish: a.choices[0].finish_reason });
+        }
+      }
+      const ask = [{ role: 'system', content: 'You help with the weather.' }, { role: 'user', content: 'Weather in Paris?' }];
+      // (The tiny model's vocabulary is mostly single bytes: a call takes ~60 tokens and more.)
+      const required = await engine.chat.completions.create({ messages: ask, tools, tool_choice: 'required', parallel_tool_calls: false, max_tokens: 200 });
+      const named = await engine.chat.completions.create({ messages: ask, tools, tool_choice: { type: 'function', function: { name: 'get_time' } }, max_tokens: 200 });
+      const none = await engine.chat.completions.create({ messages: ask, tools, tool_choice: 'none', max_tokens: 4 });
+      const chunks = [];
+      const stream = await engine.chat.completions.create({ messages: ask, tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 200, stream: true });
+      for await (const c of stream) chunks.push(c);
+      const call = required.choices[0].message.tool_calls[0];
+      const follow = await engine.chat.completions.create({
+        messages: [...ask, { role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: call.id, content: '{"temperature": 18}' }],
+        tools, max_tokens: 4,
+      });
+      const bad = {
+        keyword: await settle(engine.chat.completions.create({ messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', dependentRequired: {} } } } })),
+        orphan: await settle(engine.chat.completions.create({ messages: [...ask, { role: 'tool', tool_call_id: 'call_nope', content: '1' }], tools })),
+        absent: await settle(engine.chat.completions.create({ messages: ask, tools, tool_choice: { type: 'function', function: { name: 'nope' } } })),
+        image: await settle(engine.chat.completions.create({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] })),
+      };
+      const parts = await engine.chat.completions.create({ messages: [{ role: 'developer', content: 'Be brief.' }, { role: 'user', content: [{ type: 'text', text: 'Hi' }, { type: 'text', text: ' there' }] }], max_tokens: 2 });
+      return { answers, required, named, none, chunks, follow, bad, parts: parts.choices[0].finish_reason };
+    } finally {
+      await engine.unload();
+    }
+  }, { schemas, tools: WEATHER_TOOLS });
+  const ajv = new Ajv({ allErrors: true });
+  let complete = 0;
+  for (const a of r.answers) {
+    if (a.finish === 'length') continue;
+    assert.equal(a.finish, 'stop');
+    const v = JSON.parse(a.text);
+    assert.ok(ajv.validate(a.schema, v), `${a.text}: ${ajv.errorsText()}`);
+    complete += 1;
+  }
+  assert.ok(complete >= 3, `${complete} of ${r.answers.length} answers ended within max_tokens`);
+  const validCall = (c) => {
+    const tool = WEATHER_TOOLS.find((t) => t.function.name === c.function.name);
+    assert.ok(tool, c.function.name);
+    assert.ok(ajv.validate(tool.function.parameters, JSON.parse(c.function.arguments)), `${c.function.arguments}: ${ajv.errorsText()}`);
+    assert.match(c.id, /^call_/);
+    assert.equal(c.type, 'function');
+  };
+  assert.equal(r.required.choices[0].finish_reason, 'tool_calls');
+  assert.equal(r.required.choices[0].message.tool_calls.length, 1);
+  validCall(r.required.choices[0].message.tool_calls[0]);
+  assert.equal(r.named.choices[0].message.tool_calls[0].function.name, 'get_time');
+  validCall(r.named.choices[0].message.tool_calls[0]);
+  assert.equal(r.none.choices[0].message.tool_calls, undefined);
+  assert.equal(typeof r.none.choices[0].message.content, 'string');
+  // The stream: the call's id, type and name first, then its arguments in pieces; they add up.
+  const deltas = r.chunks.flatMap((c) => c.choices[0]?.delta?.tool_calls ?? []);
+  assert.ok(deltas.length >= 2, JSON.stringify(deltas));
+  assert.equal(deltas[0].function.name, 'get_weather');
+  assert.match(deltas[0].id, /^call_/);
+  const streamed = { id: deltas[0].id, type: 'function', function: { name: 'get_weather', arguments: deltas.map((d) => d.function.arguments).join('') } };
+  validCall(streamed);
+  assert.equal(r.chunks.at(-1).choices[0].finish_reason, 'tool_calls');
+  // The follow-up with the call and its result reuses the first request's prompt and the call.
+  assert.ok(r.follow.usage.prompt_tokens_details.cached_tokens > r.required.usage.prompt_tokens, JSON.stringify({ follow: r.follow.usage, first: r.required.usage }));
+  for (const [k, e] of Object.entries(r.bad)) assert.equal(e.e?.name, 'InvalidRequestError', `${k}: ${JSON.stringify(e)}`);
+  assert.match(r.bad.keyword.e.message, /dependentRequired/);
+  assert.ok(['stop', 'length'].includes(r.parts));
 });
 
 test('loads with progress, answers plain and streamed requests in a worker, and reuses the shared prefix', { timeout: 300_000 }, async () => {

@@ -205,6 +205,17 @@ test('the model picker: a file this build does not run is explained and the page
     assert.equal(await p.textContent('#model-name'), 'tiny-llama');
     const still = await askOn('Is the page still working?');
     assert.ok(Number(still.prompt) > 0, 'the loaded model still answers');
+    // "Extract as JSON": the answer is held to the schema shown (response_format: json_schema).
+    const n = await p.$$eval('.msg.assistant .meta', (m) => m.length);
+    await p.click('#extract');
+    await p.waitForFunction((k) => document.querySelectorAll('.msg.assistant .meta').length > k && document.body.dataset.state === 'ready', n, { timeout: 600_000 });
+    const extracted = await p.$eval('.msg.assistant:last-of-type', (m) => ({ json: m.dataset.json, text: m.firstChild.textContent }));
+    assert.ok(['valid', 'cut'].includes(extracted.json), JSON.stringify(extracted));
+    if (extracted.json === 'valid') {
+      const facts = JSON.parse(extracted.text);
+      assert.deepEqual(Object.keys(facts), ['name', 'length_km', 'locks', 'opening_hours', 'fees']);
+      assert.match(facts.opening_hours, /^[0-2][0-9]:[0-5][0-9]-[0-2][0-9]:[0-5][0-9]$/);
+    }
 
     // Gemma-3-270m by URL: its header is read (architecture, formats, the built-in template), then it loads.
     await p.fill('#model-url', './models/gemma-3-270m-q4_k_m.gguf');

@@ -3,6 +3,7 @@ import {
   createEngine, inspectModel, canonicalJSON, MODEL_CACHE, SAVED_DIR, HotprefixError, WebGPUUnavailableError, ModelLoadError,
   DeviceLostError, ContextOverflowError, KvBudgetError, AbortError, InvalidRequestError,
   type ChatCompletion, type ChatCompletionChunk, type CacheStats, type LoadProgress, type Engine, type ModelSummary,
+  type FunctionTool, type ToolCall, type ResponseFormat,
 } from 'hotprefix';
 
 async function main(): Promise<void> {
@@ -29,9 +30,22 @@ async function main(): Promise<void> {
     messages: [system, { role: 'user', content: 'Hi' }], max_tokens: 16, temperature: 0, top_p: 1, top_k: 40,
     seed: 1, stop: ['\n\n'], cache_salt: 'user-1', signal: ac.signal,
   });
-  const text: string = r.choices[0].message.content;
+  const text: string = r.choices[0].message.content ?? '';
   const cached: number = r.usage.prompt_tokens_details.cached_tokens;
-  const reason: 'stop' | 'length' = r.choices[0].finish_reason;
+  const reason: 'stop' | 'length' | 'tool_calls' = r.choices[0].finish_reason;
+  // Tools and structured output, OpenAI-shaped.
+  const tools: FunctionTool[] = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+  const called = await engine.chat.completions.create({
+    messages: [system, { role: 'user', content: [{ type: 'text', text: 'Weather?' }] }], tools, tool_choice: 'required',
+  });
+  const calls: ToolCall[] = called.choices[0].message.tool_calls ?? [];
+  const follow = await engine.chat.completions.create({
+    messages: [system, { role: 'assistant', content: null, tool_calls: calls }, { role: 'tool', tool_call_id: calls[0]?.id ?? '', content: '18 C' }],
+    tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, parallel_tool_calls: false,
+  });
+  const format: ResponseFormat = { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' }, strict: true } };
+  const json = await engine.chat.completions.create({ messages: [system], response_format: format });
+  void [follow.choices[0].finish_reason, json.choices[0].message.content];
   const at: number | undefined = r.hotprefix.cache.diverged_at?.token;
   const stream = await engine.chat.completions.create({
     messages: [system, { role: 'user', content: 'Hi' }], stream: true, stream_options: { include_usage: true },
@@ -39,6 +53,8 @@ async function main(): Promise<void> {
   for await (const chunk of stream) {
     const c: ChatCompletionChunk = chunk;
     const piece: string | undefined = c.choices[0]?.delta?.content;
+    const args: string | undefined = c.choices[0]?.delta?.tool_calls?.[0]?.function.arguments;
+    void args;
     const warnings = c.hotprefix?.cache.warnings.map((w) => w.code);
     void piece; void warnings; void c.usage?.prompt_tokens_details.cached_tokens;
   }
