@@ -76,17 +76,25 @@ export interface ToolCall {
   function: { name: string; /** A JSON object, as text. */ arguments: string };
 }
 
+/** Any other content part (image, audio, file): typed so that OpenAI's params type-check, refused
+ * at run time with InvalidRequestError. */
+export interface ChatContentPartOther {
+  type: string;
+}
+
 export interface ChatMessage {
   /** `developer` is read as `system`; `tool` answers a call (`tool_call_id`). */
   role: 'system' | 'developer' | 'user' | 'assistant' | 'tool' | (string & {});
-  /** Text, text parts, or null on an assistant message that only calls tools. */
-  content: string | ChatContentPartText[] | null;
+  /** Text, text parts, or null (or absent) on an assistant message that only calls tools. */
+  content?: string | ReadonlyArray<ChatContentPartText | ChatContentPartOther> | null;
   /** The author's name, for chat templates that render it (refused where the template does not). */
   name?: string;
   /** Never dropped by head truncation (system messages never are). */
   pinned?: boolean;
   /** An assistant message's calls. */
-  tool_calls?: ToolCall[];
+  tool_calls?: ReadonlyArray<ToolCall | { id: string; type: string }>;
+  /** OpenAI's; null only. */
+  refusal?: string | null;
   /** A `tool` message: the call it answers. */
   tool_call_id?: string;
 }
@@ -106,8 +114,14 @@ export type ResponseFormat =
 
 export type ToolChoice = 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } };
 
+/** OpenAI's other tool and tool-choice kinds (custom tools, allowed-tools choices): they type-check
+ * and are refused at run time with InvalidRequestError. */
+export interface OtherTool {
+  type: string;
+}
+
 export interface ChatCompletionCreateParams {
-  messages: ChatMessage[];
+  messages: ReadonlyArray<ChatMessage>;
   /** Tokens to generate at most (default 256). */
   max_tokens?: number | null;
   max_completion_tokens?: number | null;
@@ -122,21 +136,22 @@ export interface ChatCompletionCreateParams {
   presence_penalty?: number | null;
   seed?: number | null;
   /** At most 16 strings of 1 to 256 characters. */
-  stop?: string | string[] | null;
+  stop?: string | ReadonlyArray<string> | null;
   /** Prefixes are shared only between requests with the same salt. */
   cache_salt?: string | null;
   /** Constrain the answer to JSON (json_object) or to a JSON Schema (json_schema). */
-  response_format?: ResponseFormat | null;
+  response_format?: ResponseFormat | OtherTool | null;
   /** Functions the model may call; rendered in this order, each schema canonically (cache-stable). */
-  tools?: FunctionTool[] | null;
+  tools?: ReadonlyArray<FunctionTool | OtherTool> | null;
   /** Default `auto` with tools. */
-  tool_choice?: ToolChoice | null;
+  tool_choice?: ToolChoice | OtherTool | null;
   /** Several calls in one answer (default true). */
   parallel_tool_calls?: boolean | null;
-  n?: 1 | null;
+  /** 1 only (more is refused). */
+  n?: number | null;
   model?: string;
   stream?: boolean | null;
-  stream_options?: { include_usage?: boolean } | null;
+  stream_options?: { include_usage?: boolean; include_obfuscation?: boolean } | null;
   /** Aborts the request: a queued one is removed, a running one stops at the next token. */
   signal?: AbortSignal;
 }
@@ -197,7 +212,6 @@ export interface ChatCompletion {
   object: 'chat.completion';
   created: number;
   model: string;
-  system_fingerprint: null;
   choices: Array<{
     index: number;
     /** `content` is null when the answer only calls tools. */
@@ -214,7 +228,6 @@ export interface ChatCompletionChunk {
   object: 'chat.completion.chunk';
   created: number;
   model: string;
-  system_fingerprint: null;
   choices: Array<{
     index: number;
     /** A call's `id`, `type` and `function.name` come in its first delta, its arguments in pieces after. */

@@ -219,7 +219,8 @@ class Engine {
     const { request, signal, stream, includeUsage } = engineRequest(params);
     const id = `chatcmpl-${randomId()}`;
     const created = Math.floor(Date.now() / 1000);
-    const base = { id, created, model: this.model, system_fingerprint: null };
+    // (No `system_fingerprint`: OpenAI's type has it as an optional string, and there is none.)
+    const base = { id, created, model: params.model ?? this.model };
     if (!stream) {
       const r = await this.#backend.call(OP.chat, { request }, { signal });
       return {

@@ -29,7 +29,7 @@ node_modules/.bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-t
   --enable-mutable-globals --enable-reference-types --enable-multivalue \
   "$out/wasm/hotprefix_bg.wasm" -o "$out/wasm/hotprefix_bg.opt.wasm" >&2
 mv "$out/wasm/hotprefix_bg.opt.wasm" "$out/wasm/hotprefix_bg.wasm"
-cp js/*.js js/index.d.ts js/package.json js/README.md "$out/"
+cp js/*.js js/*.d.ts js/package.json js/README.md "$out/"
 raw=$(stat -c %s "$out/wasm/hotprefix_bg.wasm")
 gz=$(gzip -9c "$out/wasm/hotprefix_bg.wasm" | wc -c)
 log "wasm: $raw bytes, $gz gzipped (gzip -9)"

@@ -33,7 +33,11 @@ before(async () => {
   work = mkdtempSync(join(tmpdir(), 'hotprefix-app-'));
   cpSync(join(HERE, 'app'), work, { recursive: true });
   writeFileSync(join(work, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
-  sh('npm', ['install', '--no-audit', '--no-fund', '--offline', '--loglevel=error', tgz], { cwd: work });
+  // The package and the clients it serves, at the versions the root package.json pins (from npm's
+  // cache: the root install put them there).
+  const pinned = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).devDependencies;
+  const clients = ['openai', 'ai', 'zod', '@ai-sdk/provider', '@types/json-schema', '@types/node'].map((p) => `${p}@${pinned[p]}`);
+  sh('npm', ['install', '--no-audit', '--no-fund', '--offline', '--loglevel=error', tgz, ...clients], { cwd: work });
   sh('node', [join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', '--logLevel', 'warn'], { cwd: work });
   const bad = {
     // A GGUF cut in half, served whole: the download is complete, the file is not.
@@ -71,7 +75,8 @@ test('the tarball holds the ESM entry, the worker, the wasm and the types', () =
   const files = sh('tar', ['-tzf', tgz]).split('\n').filter(Boolean).map((f) => f.replace(/^package\//, ''));
   // Every module of js/ (the package imports them all), the types and the wasm.
   const modules = readdirSync(join(ROOT, 'js')).filter((f) => f.endsWith('.js'));
-  for (const f of ['package.json', ...modules, 'index.d.ts', 'wasm/hotprefix.js', 'wasm/hotprefix_bg.wasm']) {
+  const types = readdirSync(join(ROOT, 'js')).filter((f) => f.endsWith('.d.ts'));
+  for (const f of ['package.json', ...modules, ...types, 'wasm/hotprefix.js', 'wasm/hotprefix_bg.wasm']) {
     assert.ok(files.includes(f), `${f} is missing from ${files.join(', ')}`);
   }
   const assets = readdirSync(join(work, 'dist/assets'));
@@ -265,6 +270,124 @@ test('structured output and tool calls in the worker: answers validate, calls st
   for (const [k, e] of Object.entries(r.bad)) assert.equal(e.e?.name, 'InvalidRequestError', `${k}: ${JSON.stringify(e)}`);
   assert.match(r.bad.keyword.e.message, /dependentRequired/);
   assert.ok(['stop', 'length'].includes(r.parts));
+});
+
+test('the official openai client through createFetch: create, stream, the stream helper, abort, cached tokens, models, errors', { timeout: 600_000 }, async () => {
+  server.hits.clear();
+  const r = await page.evaluate(async () => {
+    const { createEngine } = window.hotprefix;
+    const { createFetch, OpenAI, APIUserAbortError, BadRequestError, InternalServerError } = window.clients;
+    const engine = await createEngine({ model: '/models/tiny-llama.gguf', kvBudgetMB: 8 });
+    const small = await createEngine({ model: '/models/tiny-llama.gguf', kvBudgetMB: 0.02, contextSize: 1024 });
+    const client = new OpenAI({ apiKey: 'local', baseURL: 'https://hotprefix.local/v1', fetch: createFetch(engine), dangerouslyAllowBrowser: true });
+    const tight = new OpenAI({ apiKey: 'local', baseURL: 'https://hotprefix.local/v1', fetch: createFetch(small), dangerouslyAllowBrowser: true });
+    const err = async (p) => p.then(() => null, (e) => ({ cls: e instanceof BadRequestError ? 'BadRequestError' : e instanceof InternalServerError ? 'InternalServerError' : e instanceof APIUserAbortError ? 'APIUserAbortError' : e.constructor.name, status: e.status ?? null, code: e.code ?? null }));
+    try {
+      const system = { role: 'system', content: `Answer from this document.\n\n${'The Harbour Canal runs 38 kilometres from Port Wren to Lake Avel. '.repeat(6)}` };
+      const ask = (q) => ({ model: 'tiny', messages: [system, { role: 'user', content: q }], max_tokens: 6 });
+      const plain = await client.chat.completions.create(ask('How long is it?'));
+      const chunks = [];
+      for await (const c of await client.chat.completions.create({ ...ask('Where does it end?'), stream: true, stream_options: { include_usage: true } })) chunks.push(c);
+      const events = [];
+      const helper = client.chat.completions.stream(ask('What lifts ships?'));
+      helper.on('content', (d) => events.push(['content', d]));
+      helper.on('chunk', () => events.push(['chunk']));
+      const final = await helper.finalChatCompletion();
+      // Abort: a long request stopped by the caller's signal.
+      const ac = new AbortController();
+      const running = client.chat.completions.create({ ...ask('Tell me everything.'), max_tokens: 120 }, { signal: ac.signal });
+      setTimeout(() => ac.abort(), 300);
+      const abort = await err(running);
+      const after = await client.chat.completions.create(ask('Is it open at night?'));
+      const models = [];
+      for await (const m of client.models.list()) models.push(m.id);
+      const bad = await err(client.chat.completions.create({ ...ask('x'), temperature: -1 }));
+      const overflow = await err(client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'word '.repeat(3000) }], max_tokens: 4 }));
+      const budget = await err(tight.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'canal '.repeat(300) }], max_tokens: 4 }));
+      const streamedBad = await err(client.chat.completions.create({ ...ask('x'), stream: true, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', if: {} } } } }));
+      // Every other URL goes to the real fetch.
+      const passed = await createFetch(engine)('/models/tiny-llama.gguf', { method: 'HEAD' });
+      return { plain, chunks, events, final, abort, after, models, bad, overflow, budget, streamedBad, passed: passed.status };
+    } finally {
+      await engine.unload();
+      await small.unload();
+    }
+  });
+  assert.equal(r.plain.object, 'chat.completion');
+  assert.equal(r.plain.model, 'tiny', 'the request\'s model is echoed');
+  assert.ok(r.plain.usage.completion_tokens > 0);
+  assert.ok(r.plain.hotprefix?.cache, 'the cache report rides along');
+  assert.equal(r.chunks.at(-1).choices.length, 0);
+  assert.ok(r.chunks.at(-1).usage.prompt_tokens_details.cached_tokens > 40, `the second request reused the system prompt: ${JSON.stringify(r.chunks.at(-1).usage)}`);
+  assert.ok(r.chunks.at(-1).hotprefix.cache, 'the last chunk carries the cache report');
+  assert.ok(r.events.some((e) => e[0] === 'chunk'));
+  assert.equal(r.final.object, 'chat.completion');
+  assert.ok(['stop', 'length'].includes(r.final.choices[0].finish_reason));
+  assert.equal(r.abort.cls, 'APIUserAbortError', JSON.stringify(r.abort));
+  assert.ok(r.after.usage.completion_tokens > 0, 'the engine answers after an abort');
+  assert.deepEqual(r.models, ['tiny-llama']);
+  assert.deepEqual(r.bad, { cls: 'BadRequestError', status: 400, code: null });
+  assert.deepEqual(r.overflow, { cls: 'BadRequestError', status: 400, code: 'context_length_exceeded' });
+  assert.deepEqual(r.budget, { cls: 'InternalServerError', status: 503, code: 'kv_budget_exceeded' });
+  assert.deepEqual(r.streamedBad, { cls: 'BadRequestError', status: 400, code: null }, 'a streamed bad request gets its status');
+  assert.equal(r.passed, 200);
+  assert.ok(![...server.hits.keys()].some((p) => p.includes('chat/completions')), 'nothing went over the network');
+});
+
+test('the AI SDK through hotprefix/ai-sdk: generateText, streamText, cached tokens in usage, abort, JSON output, tools', { timeout: 600_000 }, async () => {
+  const r = await page.evaluate(async () => {
+    const { createEngine } = window.hotprefix;
+    const { aiModel, generateText, streamText, Output, jsonSchema, tool } = window.clients;
+    const engine = await createEngine({ model: '/models/tiny-llama.gguf', kvBudgetMB: 8 });
+    try {
+      const model = aiModel(engine);
+      const instructions = `Answer from this document.\n\n${'The Harbour Canal runs 38 kilometres from Port Wren to Lake Avel. '.repeat(6)}`;
+      const first = await generateText({ model, instructions, prompt: 'How long is it?', maxOutputTokens: 6 });
+      const second = await generateText({ model, instructions, prompt: 'Where does it end?', maxOutputTokens: 6 });
+      const s = streamText({ model, instructions, prompt: 'What lifts ships?', maxOutputTokens: 6 });
+      const pieces = [];
+      for await (const p of s.textStream) pieces.push(p);
+      const streamed = { usage: await s.usage, meta: await s.providerMetadata, finish: await s.finishReason };
+      const ac = new AbortController();
+      const long = streamText({ model, instructions, prompt: 'Tell me everything.', maxOutputTokens: 120, abortSignal: ac.signal });
+      let aborted = 'no';
+      let got = 0;
+      try {
+        for await (const p of long.textStream) {
+          got += p.length;
+          ac.abort();
+        }
+        aborted = 'ended';
+      } catch (e) {
+        aborted = e.name;
+      }
+      const schema = { type: 'object', properties: { length_km: { type: 'integer', minimum: 0, maximum: 999 }, open: { type: 'boolean' } }, required: ['length_km', 'open'], additionalProperties: false };
+      const json = await generateText({ model, instructions, prompt: 'The facts as JSON.', maxOutputTokens: 40, output: Output.object({ schema: jsonSchema(schema) }) });
+      // (A short system prompt: the tools' description and a call fill much of the tiny model's context.)
+      const called = await generateText({
+        model, instructions: 'You help with the weather.', prompt: 'Weather in Paris?', maxOutputTokens: 200, toolChoice: 'required',
+        tools: { get_weather: tool({ description: 'The weather now', inputSchema: jsonSchema({ type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'], additionalProperties: false }) }) },
+      });
+      return {
+        first: { text: first.text, usage: first.usage }, second: { usage: second.usage, meta: second.providerMetadata },
+        pieces, streamed, aborted, got, output: json.output, toolCalls: called.toolCalls, finish: called.finishReason,
+      };
+    } finally {
+      await engine.unload();
+    }
+  });
+  assert.ok(r.first.usage.outputTokens > 0 && r.first.usage.inputTokens > 40, JSON.stringify(r.first.usage));
+  assert.ok(r.second.usage.inputTokenDetails.cacheReadTokens > 40, `cached tokens in the AI SDK's cache-read field: ${JSON.stringify(r.second.usage)}`);
+  assert.ok(r.second.meta.hotprefix.cache, 'the cache report in the provider metadata');
+  assert.ok(r.pieces.length > 0);
+  assert.ok(r.streamed.usage.inputTokenDetails.cacheReadTokens > 40, JSON.stringify(r.streamed.usage));
+  assert.ok(r.streamed.meta.hotprefix.timings);
+  assert.notEqual(r.aborted, 'no', 'the stream stopped');
+  assert.equal(typeof r.output.length_km, 'number');
+  assert.equal(typeof r.output.open, 'boolean');
+  assert.equal(r.finish, 'tool-calls');
+  assert.equal(r.toolCalls[0].toolName, 'get_weather');
+  assert.equal(typeof r.toolCalls[0].input.city, 'string');
 });
 
 test('loads with progress, answers plain and streamed requests in a worker, and reuses the shared prefix', { timeout: 300_000 }, async () => {

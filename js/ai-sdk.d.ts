@@ -1,0 +1,12 @@
+// Types of hotprefix/ai-sdk (ai-sdk.js): the engine as an AI SDK language model. The interface
+// comes from `@ai-sdk/provider` (a peer dependency of this entry point only; `ai` 7 brings it).
+import type { LanguageModelV4 } from '@ai-sdk/provider';
+import type { Engine } from './index.js';
+
+/**
+ * The engine as a `LanguageModelV4` for `generateText`, `streamText`, `Output.object` and tools.
+ * Usage reports the cached prompt tokens as `inputTokens.cacheRead` (the caller's
+ * `usage.inputTokenDetails.cacheReadTokens`); provider metadata `hotprefix` holds the cache report
+ * (`cache`: reused tokens, `diverged_at`, `warnings`) and the timings.
+ */
+export declare function hotprefix(engine: Engine, options?: { modelId?: string }): LanguageModelV4;
