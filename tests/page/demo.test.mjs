@@ -37,14 +37,15 @@ after(async () => {
 
 const ready = () => page.waitForFunction(() => ['ready', 'error', 'no-webgpu'].includes(document.body.dataset.state), null, { timeout: 600_000 });
 
-// Types a question, sends it, waits for the answer; returns the numbers under the reply.
-async function ask(q) {
-  const before = await page.$$eval('.msg.assistant .meta', (m) => m.length);
-  await page.fill('#message', q);
-  await page.click('#send');
-  await page.waitForFunction((n) => document.querySelectorAll('.msg.assistant .meta').length > n && document.body.dataset.state === 'ready', before, { timeout: 600_000 });
-  return page.$eval('.msg.assistant:last-of-type .meta', (m) => ({ ...m.dataset, text: m.parentElement.firstChild.textContent }));
+// Types a question into page `p`, sends it, waits for the answer; returns the numbers under the reply.
+async function askOn(p, q, timeout = 600_000) {
+  const before = await p.$$eval('.msg.assistant .meta', (m) => m.length);
+  await p.fill('#message', q);
+  await p.click('#send');
+  await p.waitForFunction((n) => document.querySelectorAll('.msg.assistant .meta').length > n && document.body.dataset.state === 'ready', before, { timeout });
+  return p.$eval('.msg.assistant:last-of-type .meta', (m) => ({ ...m.dataset, text: m.parentElement.firstChild.textContent }));
 }
+const ask = (q) => askOn(page, q);
 
 // A short document, so that the real model's prefills on SwiftShader keep the test to minutes.
 const DOC = 'The Harbour Canal runs 38 kilometres from Port Wren to Lake Avel. Seven locks lift ships 26 metres. '
@@ -156,15 +157,8 @@ test('a K-quant file answers in the demo, and its second question hits the cache
     await p.evaluate(() => window.demo.engine.cache.forget());
     await p.fill('#doc', DOC);
     await p.dispatchEvent('#doc', 'change');
-    const askOn = async (q) => {
-      const n = await p.$$eval('.msg.assistant .meta', (m) => m.length);
-      await p.fill('#message', q);
-      await p.click('#send');
-      await p.waitForFunction((k) => document.querySelectorAll('.msg.assistant .meta').length > k && document.body.dataset.state === 'ready', n, { timeout: 600_000 });
-      return p.$eval('.msg.assistant:last-of-type .meta', (m) => ({ ...m.dataset, text: m.parentElement.firstChild.textContent }));
-    };
-    const first = await askOn('How long is the canal?');
-    const second = await askOn('What does a pleasure craft pay?');
+    const first = await askOn(p, 'How long is the canal?');
+    const second = await askOn(p, 'What does a pleasure craft pay?');
     console.log(`K-quant: first ${JSON.stringify(first)}\nsecond ${JSON.stringify(second)}`);
     assert.ok(Number(first.prompt) > 50 && Number(first.cached) === 0, `a cold answer over the document: ${JSON.stringify(first)}`);
     assert.ok(Number(second.cached) >= Number(first.prompt) - 2, `the document and first turn were reused: ${JSON.stringify(second)}`);
@@ -178,13 +172,6 @@ test('the model picker: a file this build does not run is explained and the page
   const p = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
   const pageErrors = [];
   p.on('pageerror', (e) => pageErrors.push(String(e)));
-  const askOn = async (q) => {
-    const n = await p.$$eval('.msg.assistant .meta', (m) => m.length);
-    await p.fill('#message', q);
-    await p.click('#send');
-    await p.waitForFunction((k) => document.querySelectorAll('.msg.assistant .meta').length > k && document.body.dataset.state === 'ready', n, { timeout: 900_000 });
-    return p.$eval('.msg.assistant:last-of-type .meta', (m) => ({ ...m.dataset, text: m.parentElement.firstChild.textContent }));
-  };
   try {
     await p.goto(`${server.url}?model=tiny&max_tokens=3&kv_mb=16`);
     await p.waitForFunction(() => ['ready', 'error', 'no-webgpu'].includes(document.body.dataset.state), null, { timeout: 600_000 });
@@ -203,7 +190,7 @@ test('the model picker: a file this build does not run is explained and the page
     assert.match(await p.textContent('#model-summary'), /does not run it\. .*architecture "llamx"/);
     assert.equal(await p.$eval('#model-load', (b) => b.hidden), true, 'no load offered');
     assert.equal(await p.textContent('#model-name'), 'tiny-llama');
-    const still = await askOn('Is the page still working?');
+    const still = await askOn(p, 'Is the page still working?');
     assert.ok(Number(still.prompt) > 0, 'the loaded model still answers');
     // "Extract as JSON": the answer is held to the schema shown (response_format: json_schema).
     const n = await p.$$eval('.msg.assistant .meta', (m) => m.length);
@@ -233,7 +220,7 @@ test('the model picker: a file this build does not run is explained and the page
     await p.fill('#system', 'Answer in a few words.');
     await p.fill('#doc', 'The Harbour Canal is 38 kilometres long.');
     await p.dispatchEvent('#doc', 'change');
-    const a = await askOn('How long is the canal?');
+    const a = await askOn(p, 'How long is the canal?', 900_000);
     console.log(`gemma in the demo: ${JSON.stringify(a)}`);
     assert.ok(Number(a.prompt) > 20 && a.text.length > 0, JSON.stringify(a));
     await p.screenshot({ path: `${OUT}/demo-gemma.png`, fullPage: true });
