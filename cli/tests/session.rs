@@ -125,7 +125,7 @@ fn bad_and_blank_lines_do_not_end_the_session_and_a_short_prompt_keeps_hitting()
     }
     input.extend_from_slice(b"{\"messages\": [{\"role\": \"user\", \"content\": \"caf\xe9\"}]}\n");
     input.extend_from_slice(b"   \n\n\t\r\n");
-    let unsupported = json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}});
+    let unsupported = json!({"messages": [{"role": "user", "content": "hi"}], "logprobs": true});
     input.extend_from_slice(format!("{unsupported}\n{}\n", req(8)).as_bytes());
     let mut child = Command::new(env!("CARGO_BIN_EXE_hotprefix"))
         .args(["session", "--requests", "-", "--model"])
@@ -146,7 +146,7 @@ fn bad_and_blank_lines_do_not_end_the_session_and_a_short_prompt_keeps_hitting()
     assert_eq!(lines[2]["error"]["type"], "InvalidArgumentError", "{}", lines[2]);
     assert!(lines[2]["error"]["message"].as_str().unwrap().contains("not valid UTF-8"), "{}", lines[2]);
     assert_eq!(lines[3]["error"]["type"], "InvalidArgumentError", "{}", lines[3]);
-    assert!(lines[3]["error"]["message"].as_str().unwrap().contains("`response_format`"), "{}", lines[3]);
+    assert!(lines[3]["error"]["message"].as_str().unwrap().contains("`logprobs`"), "{}", lines[3]);
     assert_eq!(cached(&lines[4]), Some(prompt - 1), "the third request reuses the prompt: {}", lines[4]);
     assert_eq!(lines[4]["text"], lines[1]["text"]);
 }
