@@ -200,6 +200,7 @@ async function complete(messages, { maxTokens = MAX_TOKENS, label, extra = {} } 
   state('generating');
   let text = '';
   let last = null;
+  let finish = null; // the usage chunk comes last, with no choices: the finish reason is the chunk before
   try {
     const stream = await engine.chat.completions.create({
       messages, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true }, signal: running.signal, ...extra,
@@ -207,11 +208,12 @@ async function complete(messages, { maxTokens = MAX_TOKENS, label, extra = {} } 
     for await (const chunk of stream) {
       const piece = chunk.choices[0]?.delta?.content;
       if (piece) { text += piece; div.textContent = text; $('log').scrollTop = $('log').scrollHeight; }
+      finish = chunk.choices[0]?.finish_reason ?? finish;
       if (chunk.usage) last = chunk;
     }
     meta(div, last);
     showDiagnosis(last, messages);
-    return { text, result: last };
+    return { text, result: last, finish };
   } catch (e) {
     if (e.name === 'AbortError') {
       div.append(Object.assign(document.createElement('span'), { className: 'meta', textContent: 'stopped' }));
@@ -374,7 +376,7 @@ async function extract() {
       last.firstChild.textContent = JSON.stringify(JSON.parse(done.text), null, 2);
       last.dataset.json = 'valid';
     } catch {
-      last.dataset.json = done.result?.choices?.[0]?.finish_reason === 'length' ? 'cut' : 'invalid';
+      last.dataset.json = done.finish === 'length' ? 'cut' : 'invalid';
     }
   }
   state('ready');

@@ -197,6 +197,7 @@ test('the model picker: a file this build does not run is explained and the page
     await p.click('#extract');
     await p.waitForFunction((k) => document.querySelectorAll('.msg.assistant .meta').length > k && document.body.dataset.state === 'ready', n, { timeout: 600_000 });
     const extracted = await p.$eval('.msg.assistant:last-of-type', (m) => ({ json: m.dataset.json, text: m.firstChild.textContent }));
+    console.log(`extract as JSON: ${JSON.stringify(extracted)}`);
     assert.ok(['valid', 'cut'].includes(extracted.json), JSON.stringify(extracted));
     if (extracted.json === 'valid') {
       const facts = JSON.parse(extracted.text);
