@@ -134,7 +134,8 @@ export function hotprefix(engine, { modelId } = {}) {
       const choice = r.choices[0];
       const content = [];
       if (choice.message.content) content.push({ type: 'text', text: choice.message.content });
-      for (const c of choice.message.tool_calls ?? []) {
+      // A call cut short by max_tokens is no call (its input would not parse).
+      for (const c of choice.finish_reason === 'length' ? [] : choice.message.tool_calls ?? []) {
         content.push({ type: 'tool-call', toolCallId: c.id, toolName: c.function.name, input: c.function.arguments });
       }
       return {
@@ -199,7 +200,8 @@ export function hotprefix(engine, { modelId } = {}) {
           if (textOpen) c.enqueue({ type: 'text-end', id: 'text-0' });
           for (const call of calls.values()) {
             c.enqueue({ type: 'tool-input-end', id: call.id });
-            c.enqueue({ type: 'tool-call', toolCallId: call.id, toolName: call.name, input: call.args });
+            // A call cut short by max_tokens is no call (its input would not parse).
+            if (finish !== 'length') c.enqueue({ type: 'tool-call', toolCallId: call.id, toolName: call.name, input: call.args });
           }
           c.enqueue({ type: 'finish', finishReason: finishOf(finish), usage: usageOf(usage), providerMetadata: metadataOf(report) });
           c.close();

@@ -150,7 +150,9 @@ function engineMessage(m, i) {
   }
   if (m.name != null && typeof m.name !== 'string') throw new InvalidRequestError(`messages[${i}].name must be a string`);
   const out = { ...m, role: m.role === 'developer' ? 'system' : m.role, content };
-  for (const k of ['name', 'tool_calls', 'tool_call_id', 'refusal']) if (out[k] == null) delete out[k];
+  for (const k of ['name', 'tool_calls', 'tool_call_id', 'refusal', 'audio', 'function_call', 'parsed']) if (out[k] == null) delete out[k];
+  // Fields of a result message (the openai client's helpers add them) that carry nothing here.
+  if (Array.isArray(out.annotations) && out.annotations.length === 0) delete out.annotations;
   return out;
 }
 

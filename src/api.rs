@@ -71,6 +71,12 @@ pub enum ToolChoice {
     Function(String),
 }
 
+/// A tool call's id: what OpenAI's and the engine's look like (`call_…`), and nothing a template
+/// that prints it could take for markup.
+fn valid_id(id: &str) -> bool {
+    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
 /// OpenAI's rule for a function's name.
 fn valid_name(n: &str) -> bool {
     (1..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
@@ -246,8 +252,10 @@ fn check_tool_messages(messages: &[Message]) -> std::result::Result<(), String> 
             return Err(format!("messages[{i}].tool_calls: only an assistant message calls tools"));
         }
         for (j, c) in m.tool_calls.iter().enumerate() {
-            if c.kind != "function" || c.id.is_empty() || !valid_name(&c.function.name) {
-                return Err(format!("messages[{i}].tool_calls[{j}]: a function call with an id and a valid name expected"));
+            if c.kind != "function" || !valid_id(&c.id) || !valid_name(&c.function.name) {
+                return Err(format!(
+                    "messages[{i}].tool_calls[{j}]: a function call with an id (1 to 128 letters, digits, _ - . :) and a valid name expected"
+                ));
             }
             ids.push(&c.id);
         }

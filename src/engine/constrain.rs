@@ -37,9 +37,10 @@ impl Grammars {
     /// `eos` (the model's end-of-turn tokens) as the tokens that end a grammar.
     pub fn new(tokenizer: &Tokenizer, n_vocab: usize, eos: &[u32]) -> Result<Grammars> {
         let n = u32::try_from(n_vocab).map_err(|_| Error::InvalidArgument(format!("a vocabulary of {n_vocab} tokens")))?;
+        // End-of-turn tokens are special whatever their type: never a grammar's text.
         let words: Vec<Vec<u8>> = (0..n)
             .map(|id| match tokenizer.token_bytes(id) {
-                Some(b) if !b.is_empty() && !tokenizer.is_control(id) => b,
+                Some(b) if !b.is_empty() && !tokenizer.is_control(id) && !eos.contains(&id) => b,
                 Some(b) if !b.is_empty() => [&[SPECIAL][..], &b].concat(),
                 // Unused tokens and ids past the tokenizer's vocabulary: never text.
                 _ => [&[SPECIAL][..], format!("<[{id}]>").as_bytes()].concat(),
@@ -52,6 +53,17 @@ impl Grammars {
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| Error::InvalidArgument(format!("grammar engine: {e}")))?;
         factory.quiet();
         Ok(Grammars { factory })
+    }
+
+    /// A matcher for answers valid against the JSON Schema `schema` (with its `x-guidance`
+    /// options, as `text::tools::response_schema` writes them).
+    pub fn json(&self, schema: serde_json::Value) -> Result<Constraint> {
+        self.constrain(TopLevelGrammar::from_json_schema(schema))
+    }
+
+    /// A matcher for the Lark grammar `grammar` (llguidance's dialect, `%json` included).
+    pub fn lark(&self, grammar: &str) -> Result<Constraint> {
+        self.constrain(TopLevelGrammar::from_lark(grammar.to_string()))
     }
 
     /// A matcher for `grammar`, at its start. A grammar llguidance cannot compile (a JSON Schema

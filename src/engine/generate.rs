@@ -48,9 +48,9 @@ impl Engine {
         mut on_text: impl FnMut(&str),
     ) -> Result<Generation> {
         // The grammar, and the text that starts it (none: it holds from the first token).
-        let (mut grammar, mut trigger) = match constrained {
-            Some(c) => (Some(c.constraint), c.after),
-            None => (None, None),
+        let (mut grammar, mut trigger, stop_in_grammar) = match constrained {
+            Some(c) => (Some(c.constraint), c.after, c.stop_strings),
+            None => (None, None, true),
         };
         let mut sampler = Sampler::new(params.sampling.clone())?;
         sampler.set_prompt_len(prompt.len());
@@ -128,7 +128,9 @@ impl Engine {
                 out.push(next);
                 recent.push(next);
                 text.push_str(&dec.push(&self.tokenizer, next));
-                if let Some(cut) = stops.find(&text) {
+                // Stop strings end text, not a tool call the grammar holds.
+                let in_call = grammar.is_some() && trigger.is_none() && !stop_in_grammar;
+                if let Some(cut) = stops.find(&text).filter(|_| !in_call) {
                     text.truncate(cut);
                     finish = Finish::Stop;
                     break;
@@ -137,7 +139,11 @@ impl Engine {
                 // no step queued ahead unconstrained.
                 if let (Some(c), Some(t)) = (&mut grammar, &trigger) {
                     if let Some(at) = text.find(t.as_str()) {
-                        c.feed_text(&text[at + t.len()..])?;
+                        // Text the grammar cannot start with (the tag mentioned in prose): the
+                        // answer goes on as text.
+                        if c.feed_text(&text[at + t.len()..]).is_err() {
+                            grammar = None;
+                        }
                         trigger = None;
                         if !ahead.is_empty() {
                             let keep = seq.len() - ahead.len();

@@ -189,6 +189,9 @@ pub struct Constrained {
     pub constraint: Constraint,
     /// The text that starts it; `None`: it holds from the first token.
     pub after: Option<String>,
+    /// Whether stop strings end the answer while the grammar holds (a JSON answer: yes; tool
+    /// calls: no).
+    pub stop_strings: bool,
 }
 
 /// The tokens that end a turn, as llama.cpp finds them (`special_eog_ids`): EOS, the file's
@@ -341,6 +344,7 @@ impl Engine {
             return (req.messages.clone(), None, false);
         }
         if native {
+            // (Checked by `check_tool_text`: the template writes these as its own text.)
             let tools = (!req.tools.is_empty()).then(|| serde_json::Value::Array(req.tools.iter().map(ToolSpec::template_value).collect()));
             return (req.messages.clone(), tools, false);
         }
@@ -398,6 +402,40 @@ impl Engine {
         Ok(enc)
     }
 
+    /// A template that renders the tools writes their names, descriptions and schemas as its own
+    /// text, whose control-token text becomes control tokens: a tool whose text holds one (or the
+    /// private-use characters the prompt encoder marks fields with) is refused, so that no tool
+    /// definition can forge a turn.
+    fn check_tool_text(&self, req: &ChatRequest) -> Result<()> {
+        fn strings<'v>(v: &'v serde_json::Value, out: &mut Vec<&'v str>) {
+            match v {
+                serde_json::Value::String(s) => out.push(s),
+                serde_json::Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+                serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| {
+                    out.push(k);
+                    strings(x, out)
+                }),
+                _ => {}
+            }
+        }
+        for (i, t) in req.tools.iter().enumerate() {
+            let value = t.template_value();
+            let mut texts = Vec::new();
+            strings(&value, &mut texts);
+            for text in texts {
+                if let Some(c) = self.tokenizer.find_control_text(text) {
+                    return Err(Error::InvalidArgument(format!(
+                        "tools[{i}] holds the control-token text {c:?}, which the chat template would write as a control token"
+                    )));
+                }
+                if text.contains(['\u{E000}', '\u{E001}']) {
+                    return Err(Error::InvalidArgument(format!("tools[{i}] holds the private-use characters U+E000/U+E001")));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The grammar a request's answer follows: its `response_format`, or its tool calls.
     fn constraint_of(&mut self, req: &ChatRequest) -> Result<Option<Constrained>> {
         use llguidance::api::TopLevelGrammar;
@@ -421,7 +459,8 @@ impl Engine {
             (ResponseFormat::Text, ToolChoice::None) => return Ok(None),
         };
         let constraint = self.grammars()?.constrain(grammar)?;
-        Ok(Some(Constrained { constraint, after }))
+        let stop_strings = req.response_format != ResponseFormat::Text;
+        Ok(Some(Constrained { constraint, after, stop_strings }))
     }
 
     /// [`Self::chat_with`], streaming [`Delta`]s: text, and each tool call's name and arguments as
@@ -436,6 +475,9 @@ impl Engine {
             return Err(Error::InvalidArgument("request: no messages".into()));
         }
         let (messages, tools_value, added) = self.tool_prompt(req);
+        if tools_value.is_some() {
+            self.check_tool_text(req)?;
+        }
         let context = self.context_size();
         let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
         let (mut enc, mut kept) = prompter.fit(&messages, req.max_tokens, context)?;
@@ -515,16 +557,20 @@ impl Engine {
             let mut answer = Message::new("assistant", text.clone());
             answer.tool_calls = tool_calls.clone();
             turn.push(answer);
-            let mut result = Message::new("tool", "");
+            // (A placeholder result: its place is where the real one's starts.)
+            let mut result = Message::new("tool", "0");
             result.tool_call_id = Some(tool_calls[0].id.clone());
             turn.push(result);
             let (messages, tools_value, _) = self.tool_prompt(&ChatRequest { messages: turn, ..req.clone() });
             let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
-            if let Ok(next) = prompter.encode(&messages) {
+            // Best effort: the answer stands whatever happens here; skipped after head truncation
+            // (the next prompt is cut otherwise) or an abort.
+            let whole = kept.len() == req.messages.len();
+            if let (Ok(next), true, false) = (prompter.encode(&messages), whole, g.finish == Finish::Abort) {
                 let upto = next.contents.last().map_or(0, |r| r.start);
                 if upto > 0 && upto < self.context_size() {
                     let params = GenerateParams { max_tokens: 0, cache_salt: salt.clone(), ..GenerateParams::default() };
-                    self.generate(&next.ids[..upto], &params, |_| {}).await?;
+                    let _ = self.generate(&next.ids[..upto], &params, |_| {}).await;
                 }
             }
         }

@@ -38,6 +38,8 @@ struct Field<'m> {
     content: bool,
     /// Its author's name.
     name: bool,
+    /// A tool call's arguments (a JSON text).
+    args: bool,
 }
 
 /// A model's chat template (if it has one) and tokenizer, turning messages into prompts.
@@ -68,19 +70,21 @@ impl Prompter<'_> {
         // arguments), then encode the template's text with control tokens recognised and each
         // field as plain text.
         let mut fields: Vec<Field<'_>> = Vec::new();
-        fn add<'m>(fields: &mut Vec<Field<'m>>, text: &'m str, message: usize, content: bool, name: bool) -> String {
-            fields.push(Field { text, message, content, name });
+        fn add<'m>(fields: &mut Vec<Field<'m>>, text: &'m str, message: usize, content: bool, name: bool, args: bool) -> String {
+            fields.push(Field { text, message, content, name, args });
             marker(fields.len() - 1)
         }
         let mut marked: Vec<Message> = Vec::with_capacity(messages.len());
         for (i, m) in messages.iter().enumerate() {
-            let content = add(&mut fields, &m.content, i, true, false);
-            let name = m.name.as_deref().map(|n| add(&mut fields, n, i, false, true));
+            // An empty content stays empty (a template tests it: an assistant turn that only calls
+            // tools renders as its template renders one); its place is found below.
+            let content = if m.content.is_empty() { String::new() } else { add(&mut fields, &m.content, i, true, false, false) };
+            let name = m.name.as_deref().map(|n| add(&mut fields, n, i, false, true, false));
             let mut tool_calls = Vec::with_capacity(m.tool_calls.len());
             for c in &m.tool_calls {
                 let function = FunctionCall {
-                    name: add(&mut fields, &c.function.name, i, false, false),
-                    arguments: add(&mut fields, &c.function.arguments, i, false, false),
+                    name: add(&mut fields, &c.function.name, i, false, false, false),
+                    arguments: add(&mut fields, &c.function.arguments, i, false, false, true),
                 };
                 tool_calls.push(ToolCall { id: c.id.clone(), kind: c.kind.clone(), function });
             }
@@ -94,8 +98,11 @@ impl Prompter<'_> {
         let mut placed: Vec<(usize, usize)> = Vec::new();
         let mut named = vec![false; messages.len()];
         let mut rest = rendered.as_str();
+        // Arguments a template wrote with `tojson` (Qwen2.5's, Hermes'): the JSON of the parsed
+        // arguments, as Hugging Face and vLLM render them (their string, quoted, otherwise).
+        let mut rewritten: Vec<String> = Vec::new();
+        let mut quoted: Vec<(usize, usize)> = Vec::new(); // (piece, index into `rewritten`)
         while let Some(at) = rest.find(FIELD) {
-            pieces.push((&rest[..at], true));
             let tail = &rest[at + FIELD.len_utf8()..];
             let end = tail.find(END).ok_or_else(|| Error::Template("the chat template cut a message's field short".into()))?;
             let k: usize = tail[..end]
@@ -104,6 +111,9 @@ impl Prompter<'_> {
                 .filter(|&k| k < fields.len())
                 .ok_or_else(|| Error::Template("the chat template altered a message's field".into()))?;
             let f = &fields[k];
+            let after = &tail[end + END.len_utf8()..];
+            let in_quotes = f.args && rest[..at].ends_with('"') && after.starts_with('"');
+            pieces.push((if in_quotes { &rest[..at - 1] } else { &rest[..at] }, true));
             let text = if f.content && template.trims_content() {
                 // llama.cpp's built-in templates trim contents (C's isspace).
                 f.text.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r'])
@@ -114,8 +124,22 @@ impl Prompter<'_> {
                 named[f.message] = true;
             }
             placed.push((pieces.len(), k));
-            pieces.push((text, false));
-            rest = &tail[end + END.len_utf8()..];
+            if in_quotes {
+                let json = match serde_json::from_str::<serde_json::Value>(text) {
+                    Ok(v) => crate::text::tools::python_json(&v),
+                    Err(_) => serde_json::Value::String(text.to_string()).to_string(),
+                };
+                quoted.push((pieces.len(), rewritten.len()));
+                rewritten.push(json);
+                pieces.push(("", false));
+                rest = &after[1..];
+            } else {
+                pieces.push((text, false));
+                rest = after;
+            }
+        }
+        for &(piece, j) in &quoted {
+            pieces[piece].0 = &rewritten[j];
         }
         pieces.push((rest, true));
         let (mut ids, ranges) = self.tokenizer.encode_pieces(&pieces)?;
@@ -130,10 +154,19 @@ impl Prompter<'_> {
                 "messages[{i}].name: this model's chat template does not use names, so it would be lost"
             )));
         }
+        // An empty content sits where the message before it ends.
+        let mut last_end = 0;
         let mut contents = contents
             .into_iter()
             .enumerate()
-            .map(|(i, r)| r.ok_or_else(|| Error::Template(format!("the chat template altered message {i}'s content"))))
+            .map(|(i, r)| match r {
+                Some(r) => {
+                    last_end = r.end;
+                    Ok(r)
+                }
+                None if messages[i].content.is_empty() => Ok(last_end..last_end),
+                None => Err(Error::Template(format!("the chat template altered message {i}'s content"))),
+            })
             .collect::<Result<Vec<_>>>()?;
         // `tokenizer.ggml.add_bos_token`: the model was trained with BOS first. Templates that
         // write it themselves already start with it; the others get it here.
@@ -200,5 +233,52 @@ impl Prompter<'_> {
             None => (None, None, 0),
         };
         DivergedAt { token: d.token, message, role, char, resident, new }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::testmodel::tiny_gguf;
+    use crate::model::gguf::Gguf;
+
+    fn tokenizer() -> Tokenizer {
+        Tokenizer::from_gguf(&Gguf::parse(&tiny_gguf(1)).unwrap()).unwrap()
+    }
+
+    fn call(args: &str) -> Message {
+        let mut m = Message::new("assistant", "");
+        m.tool_calls = vec![ToolCall {
+            id: "call_1".into(),
+            kind: "function".into(),
+            function: FunctionCall { name: "f".into(), arguments: args.into() },
+        }];
+        m
+    }
+
+    /// Qwen2.5's and Hermes' templates write past arguments with `tojson`: the parsed arguments'
+    /// JSON, as Hugging Face and vLLM render them, not a quoted string; and an empty content is
+    /// empty to the template.
+    #[test]
+    fn tojson_arguments_render_as_json_and_empty_content_stays_empty() {
+        let t = tokenizer();
+        let source = "{% for m in messages %}{% if m.content %}[{{ m.content }}]{% endif %}{% for c in m.tool_calls %}<{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}>{% endfor %}{% endfor %}";
+        let template = ChatTemplate::new(source, "", "").unwrap();
+        let p = Prompter { template: Some(&template), tokenizer: &t, tools: None };
+        let enc = p.encode(&[Message::new("user", "hi"), call(r#"{"a":1,"b":[true,"x"]}"#)]).unwrap();
+        assert_eq!(t.decode(&enc.ids).unwrap(), r#"[hi]<{"name": "f", "arguments": {"a": 1, "b": [true, "x"]}}>"#);
+        assert_eq!(enc.contents[1].len(), 0, "the empty content has an empty place");
+        // Not JSON: the string, quoted, as tojson writes it.
+        let enc = p.encode(&[call("not json \"x\"")]).unwrap();
+        assert_eq!(t.decode(&enc.ids).unwrap(), r#"<{"name": "f", "arguments": "not json \"x\""}>"#);
+        // A template that writes a string as it is (Qwen3's): the arguments as they came.
+        let verbatim = ChatTemplate::new(
+            "{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.arguments }}{% endfor %}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let p = Prompter { template: Some(&verbatim), tokenizer: &t, tools: None };
+        assert_eq!(t.decode(&p.encode(&[call(r#"{"a":1}"#)]).unwrap().ids).unwrap(), r#"{"a":1}"#);
     }
 }

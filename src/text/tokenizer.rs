@@ -451,6 +451,13 @@ impl Specials {
         Ok(fragments)
     }
 
+    /// The first text in `text` that would become a control (or unknown) token when parsing
+    /// specials: a rendered template's markers, never what a user may put there.
+    fn control_text<'a>(&'a self, text: &str) -> Option<&'a str> {
+        let finder = self.finder.as_ref()?;
+        finder.find_overlapping_iter(text).map(|m| &self.tokens[m.pattern().as_usize()]).find(|s| s.only_when_special).map(|s| &*s.text)
+    }
+
     /// Every occurrence of `special` in `text`, left to right, as llama.cpp's loop finds them
     /// (after an rstrip, the search goes on past the stripped spaces).
     fn split_on<'a>(mut text: &'a str, special: &Special, out: &mut Vec<Fragment<'a>>) {
@@ -888,6 +895,12 @@ impl Tokenizer {
         }
         out.after_special = false;
         Ok(())
+    }
+
+    /// The first control-token text (`<|im_end|>`, `<start_of_turn>`…) in `text`, if any: text
+    /// that would become a control token if a template wrote it (`encode_with_special`).
+    pub fn find_control_text(&self, text: &str) -> Option<&str> {
+        self.specials.control_text(text)
     }
 
     /// Decodes ids to text: the concatenated [`Tokenizer::token_bytes`] (control tokens as their

@@ -235,22 +235,71 @@ pub fn response_schema(schema: Option<&Value>) -> Value {
     s
 }
 
+/// Every `$ref` string in `v` (a schema) with `#/{from}/` at its start made `#/$defs/{to}`.
+fn rewrite_refs(v: &mut Value, from: &str, to: &str) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                match (k.as_str(), x) {
+                    ("$ref", Value::String(r)) => {
+                        if let Some(rest) = r.strip_prefix(&format!("#/{from}/")) {
+                            *r = format!("#/$defs/{to}{rest}");
+                        }
+                    }
+                    (_, x) => rewrite_refs(x, from, to),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| rewrite_refs(x, from, to)),
+        _ => {}
+    }
+}
+
+/// A tool's parameters placed inside a call's schema, and the definitions they refer to: a
+/// schema's `$ref`s point from its root (`#/$defs/X`, Pydantic's form), so each tool's `$defs`
+/// and `definitions` move to the call schema's root under the tool's index (`t3_X`) and its refs
+/// follow. Arguments are always an object (`{"type": "object"}` beside the tool's schema).
+fn arguments_schema(i: usize, t: &ToolSpec, defs: &mut serde_json::Map<String, Value>) -> Value {
+    let mut p = t.parameters.clone();
+    let prefix = format!("t{i}_");
+    // Every ref first (the definitions refer to one another the same way), then the definitions out.
+    for from in ["$defs", "definitions"] {
+        rewrite_refs(&mut p, from, &prefix);
+    }
+    for from in ["$defs", "definitions"] {
+        if let Some(Value::Object(m)) = p.as_object_mut().and_then(|o| o.remove(from)) {
+            for (k, v) in m {
+                defs.insert(format!("{prefix}{k}"), v);
+            }
+        }
+    }
+    match p.get("type") {
+        Some(Value::String(t)) if t == "object" => p,
+        _ => serde_json::json!({"allOf": [{"type": "object"}, p]}),
+    }
+}
+
 /// The schema of one call's JSON: `{"name": <one of the tools>, "arguments": <its parameters>}`,
 /// in that key order.
 fn call_schema(tools: &[&ToolSpec]) -> Value {
-    let one = |t: &ToolSpec| {
+    let mut defs = serde_json::Map::new();
+    let mut one = |i: usize, t: &ToolSpec| {
+        let args = arguments_schema(i, t, &mut defs);
         serde_json::json!({
             "type": "object",
-            "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+            "properties": {"name": {"const": t.name}, "arguments": args},
             "required": ["name", "arguments"],
             "additionalProperties": false
         })
     };
     let mut s = match tools {
-        [t] => one(t),
-        many => serde_json::json!({"anyOf": many.iter().map(|t| one(t)).collect::<Vec<_>>()}),
+        [t] => one(0, t),
+        many => serde_json::json!({"anyOf": many.iter().enumerate().map(|(i, t)| one(i, t)).collect::<Vec<_>>()}),
     };
     if let Value::Object(m) = &mut s {
+        if !defs.is_empty() {
+            m.insert("$defs".into(), Value::Object(defs));
+        }
         m.insert("x-guidance".into(), json_options());
     }
     s
@@ -307,11 +356,13 @@ pub struct CallSplitter {
     state: State,
     buf: String,
     calls: usize,
+    /// Just after a call: the line breaks and spaces before the next one are no text.
+    after_call: bool,
 }
 
 impl Default for CallSplitter {
     fn default() -> Self {
-        CallSplitter { state: State::Text, buf: String::new(), calls: 0 }
+        CallSplitter { state: State::Text, buf: String::new(), calls: 0, after_call: false }
     }
 }
 
@@ -366,6 +417,14 @@ impl CallSplitter {
         let mut out = Vec::new();
         loop {
             match self.state {
+                State::Text if self.after_call => {
+                    let n = self.buf.len() - self.buf.trim_start_matches(['\n', ' ']).len();
+                    self.buf.drain(..n);
+                    if self.buf.is_empty() {
+                        return out;
+                    }
+                    self.after_call = false;
+                }
                 State::Text => match self.buf.find(CALL_OPEN) {
                     Some(at) => {
                         if at > 0 {
@@ -439,9 +498,7 @@ impl CallSplitter {
                     Some(at) => {
                         self.buf.drain(..at + CALL_CLOSE.len());
                         // The line break between calls (or after the last) is no text.
-                        let trimmed = self.buf.trim_start_matches(['\n', ' ']).len();
-                        let n = self.buf.len() - trimmed;
-                        self.buf.drain(..n);
+                        self.after_call = true;
                         self.state = State::Text;
                     }
                     None => return out,
@@ -536,5 +593,38 @@ mod tests {
         assert!(pieces.contains(&Piece::Call { index: 1, name: "now".into() }));
         // Text that looks like the start of a tag, but is not one, comes out.
         assert_eq!(split_calls("a <tool b"), ("a <tool b".to_string(), vec![]));
+        // Token by token (the line break between two calls its own piece): no text.
+        let mut s = CallSplitter::default();
+        let mut text = String::new();
+        for piece in [
+            "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>",
+            "\n",
+            "<tool_call>",
+            "\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>",
+        ] {
+            for p in s.push(piece) {
+                if let Piece::Text(t) = p {
+                    text.push_str(&t);
+                }
+            }
+        }
+        assert_eq!(text, "", "the line between calls is no text");
+    }
+
+    #[test]
+    fn a_tools_refs_point_into_its_own_definitions() {
+        let params: Value = serde_json::from_str(
+            r##"{"type": "object", "properties": {"p": {"$ref": "#/$defs/Point"}}, "required": ["p"],
+                "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}, "next": {"$ref": "#/$defs/Point"}}, "required": ["x"]}}}"##,
+        )
+        .unwrap();
+        let t = ToolSpec { name: "f".into(), description: None, parameters: params };
+        let scalar = ToolSpec { name: "g".into(), description: None, parameters: serde_json::json!({}) };
+        let s = call_schema(&[&scalar, &t]);
+        assert_eq!(s["$defs"]["t1_Point"]["properties"]["next"]["$ref"], "#/$defs/t1_Point");
+        assert_eq!(s["anyOf"][1]["properties"]["arguments"]["properties"]["p"]["$ref"], "#/$defs/t1_Point");
+        assert!(s["anyOf"][1]["properties"]["arguments"].get("$defs").is_none());
+        // Arguments are an object whatever the tool's schema says.
+        assert_eq!(s["anyOf"][0]["properties"]["arguments"]["allOf"][0], serde_json::json!({"type": "object"}));
     }
 }
