@@ -277,13 +277,16 @@ fn choose_kernels(m: &mut Model, kernels: &str) -> Result<()> {
 /// (mean of 8 steps), and the last 500-token chunk of a 1,500-token prefill. Per kernel (file,
 /// entry point and override constants): dispatches and milliseconds.
 pub async fn profile(path: &str, json: bool, section: &str, kernels: &str) -> Result<()> {
-    let (decode, prefill): (&[usize], bool) = match section {
-        "all" => (&[128, 1500], true),
-        "decode" => (&[128, 1500], false),
-        "decode-short" => (&[128], false),
-        "prefill" => (&[], true),
+    let (decode, prefill, warm): (&[usize], bool, bool) = match section {
+        "all" => (&[128, 1500], true, true),
+        "decode" => (&[128, 1500], false, false),
+        "decode-short" => (&[128], false, false),
+        "prefill" => (&[], true, false),
+        "warm" => (&[], false, true),
         other => {
-            return Err(hotprefix::Error::InvalidArgument(format!("--section {other:?}: expected decode, decode-short, prefill or all")))
+            return Err(hotprefix::Error::InvalidArgument(format!(
+                "--section {other:?}: expected decode, decode-short, prefill, warm or all"
+            )))
         }
     };
     let file = crate::read_model(path)?;
@@ -293,8 +296,8 @@ pub async fn profile(path: &str, json: bool, section: &str, kernels: &str) -> Re
     let kv = m.kv_cache(&gpu, 2048 / 16, 16).await?;
     let mut rng = Rng(7);
     let vocab = m.config().vocab;
-    let prompt: Vec<u32> = (0..1500).map(|_| 17 + rng.below(vocab.saturating_sub(17).max(1)) as u32).collect();
-    let mut seq = kv.sequence(1500 + 16);
+    let prompt: Vec<u32> = (0..1700).map(|_| 17 + rng.below(vocab.saturating_sub(17).max(1)) as u32).collect();
+    let mut seq = kv.sequence(1700 + 16);
     let mut sections = Vec::new();
     // Each decode configuration twice, alternating (this machine's speed drifts).
     let fused = [false, true, false, true];
@@ -321,6 +324,29 @@ pub async fn profile(path: &str, json: bool, section: &str, kernels: &str) -> Re
         gpu.finish().await?;
         let wall = now_ms() - t;
         sections.push(("prefill positions 1000..1500 (one 500-token chunk)".to_string(), gpu.finish_profile().await?, 1.0, wall));
+        seq.clear()?;
+    }
+    if warm {
+        // `bench cache`'s warm request: 1,675 positions resident (system + document), 25 new
+        // tokens (the question), last-row logits.
+        m.prefill(&gpu, &kv, &mut seq, &prompt[..1675]).await?;
+        gpu.start_profile(2048)?;
+        let t = now_ms();
+        m.forward(&gpu, &kv, &mut seq, &prompt[1675..1700], hotprefix::model::Logits::Last).await?;
+        gpu.finish().await?;
+        let wall = now_ms() - t;
+        let timings = gpu.finish_profile().await?;
+        // The same pass unprofiled (one pass for all dispatches, as requests run), twice.
+        let mut plain = Vec::new();
+        for _ in 0..2 {
+            seq.truncate(1675)?;
+            let t = now_ms();
+            m.forward(&gpu, &kv, &mut seq, &prompt[1675..1700], hotprefix::model::Logits::Last).await?;
+            m.read_argmax(&gpu, 1).await?;
+            plain.push(now_ms() - t);
+        }
+        let title = format!("warm suffix: positions 1675..1700 after 1,675 resident (one 25-token chunk; unprofiled with the argmax read: {:.0} / {:.0} ms)", plain[0], plain[1]);
+        sections.push((title, timings, 1.0, wall));
         seq.clear()?;
     }
     let mut out = Vec::new();

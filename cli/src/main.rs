@@ -134,7 +134,7 @@ enum Cmd {
         /// Kernel variants (matrix-vector, attention): `auto` (the adapter's choice), `rows`, `lanes` or `coop`.
         #[arg(long, default_value = "auto")]
         kernels: String,
-        /// `bench profile`: `decode`, `decode-short` (after 128 tokens only), `prefill` or `all`.
+        /// `bench profile`: `decode`, `decode-short` (after 128 tokens only), `prefill`, `warm` (25 new tokens after 1,675 resident: `bench cache`'s warm request) or `all`.
         #[arg(long, default_value = "all")]
         section: String,
         /// `bench kernels`: the weight formats to time (comma-separated names; default all).
