@@ -186,6 +186,27 @@ fn a_tools_definitions_hold_its_arguments() {
     );
     assert_eq!(r.finish_reason, "tool_calls", "{r:?}");
     check_call(&r.tool_calls[0], &tools);
+    // Refs into the parameters' own root: OpenAI's recursive `#` and zod's `#/properties/…`.
+    let tree = json!({"type": "object", "properties": {"label": {"type": "string", "maxLength": 4},
+        "also": {"$ref": "#/properties/label"}, "children": {"type": "array", "maxItems": 1, "items": {"$ref": "#"}}},
+        "required": ["label", "also", "children"], "additionalProperties": false});
+    let tools = json!([{"type": "function", "function": {"name": "tree", "parameters": tree}}]);
+    let mut whole = 0;
+    for seed in 0..4 {
+        let r = run(
+            &mut e,
+            json!({"messages": [{"role": "user", "content": "Draw a tree."}], "tools": tools, "tool_choice": "required",
+            "max_tokens": 200, "temperature": 1.0, "seed": seed}),
+        );
+        match r.finish_reason {
+            "tool_calls" => {
+                check_call(&r.tool_calls[0], &tools);
+                whole += 1;
+            }
+            other => assert_eq!(other, "length", "{r:?}"),
+        }
+    }
+    assert!(whole > 0, "no call of the recursive tool ended within max_tokens");
 }
 
 /// `tool_choice: "auto"`'s grammar starts once the answer holds its opening text, even with greedy

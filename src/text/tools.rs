@@ -235,43 +235,60 @@ pub fn response_schema(schema: Option<&Value>) -> Value {
     s
 }
 
-/// Every `$ref` string in `v` (a schema) with `#/{from}/` at its start made `#/$defs/{to}`.
-fn rewrite_refs(v: &mut Value, from: &str, to: &str) {
+/// Every local `$ref` of tool `i`'s parameters `v` pointed at where call_schema puts its target:
+/// `#/$defs/X…` at `t{i}_X…`, `#/definitions/X…` at `t{i}d_X…`, and any other ref from the
+/// parameters' root (`#`, `#/properties/a`: zod's form) under `t{i}`, the parameters themselves.
+/// Literal values (`const`, `enum`, `default`, `examples`) are data, not schemas: left as they are.
+/// Returns whether a ref reaches into the root (the parameters must then be a definition).
+fn rewrite_refs(v: &mut Value, i: usize) -> bool {
+    let mut root = false;
     match v {
         Value::Object(m) => {
             for (k, x) in m.iter_mut() {
                 match (k.as_str(), x) {
                     ("$ref", Value::String(r)) => {
-                        if let Some(rest) = r.strip_prefix(&format!("#/{from}/")) {
-                            *r = format!("#/$defs/{to}{rest}");
-                        }
+                        let to = if let Some(rest) = r.strip_prefix("#/$defs/") {
+                            format!("#/$defs/t{i}_{rest}")
+                        } else if let Some(rest) = r.strip_prefix("#/definitions/") {
+                            format!("#/$defs/t{i}d_{rest}")
+                        } else if r == "#" || r.starts_with("#/") {
+                            root = true;
+                            format!("#/$defs/t{i}{}", &r[1..])
+                        } else {
+                            continue;
+                        };
+                        *r = to;
                     }
-                    (_, x) => rewrite_refs(x, from, to),
+                    ("const" | "enum" | "default" | "examples", _) => {}
+                    (_, x) => root |= rewrite_refs(x, i),
                 }
             }
         }
-        Value::Array(a) => a.iter_mut().for_each(|x| rewrite_refs(x, from, to)),
+        Value::Array(a) => a.iter_mut().for_each(|x| root |= rewrite_refs(x, i)),
         _ => {}
     }
+    root
 }
 
 /// A tool's parameters placed inside a call's schema, and the definitions they refer to: a
-/// schema's `$ref`s point from its root (`#/$defs/X`, Pydantic's form), so each tool's `$defs`
-/// and `definitions` move to the call schema's root under the tool's index (`t3_X`) and its refs
-/// follow. Arguments are always an object (`{"type": "object"}` beside the tool's schema).
+/// schema's `$ref`s point from its root (`#/$defs/X`, Pydantic's form; `#/properties/a`, zod's),
+/// so each tool's `$defs` and `definitions` move to the call schema's root under the tool's index
+/// (`t3_X`, `t3d_X`), the parameters too (`t3`) when a ref reaches into them, and its refs follow.
+/// Arguments are always an object (`{"type": "object"}` beside the tool's schema).
 fn arguments_schema(i: usize, t: &ToolSpec, defs: &mut serde_json::Map<String, Value>) -> Value {
     let mut p = t.parameters.clone();
-    let prefix = format!("t{i}_");
     // Every ref first (the definitions refer to one another the same way), then the definitions out.
-    for from in ["$defs", "definitions"] {
-        rewrite_refs(&mut p, from, &prefix);
-    }
-    for from in ["$defs", "definitions"] {
+    let root = rewrite_refs(&mut p, i);
+    for (from, prefix) in [("$defs", format!("t{i}_")), ("definitions", format!("t{i}d_"))] {
         if let Some(Value::Object(m)) = p.as_object_mut().and_then(|o| o.remove(from)) {
             for (k, v) in m {
                 defs.insert(format!("{prefix}{k}"), v);
             }
         }
+    }
+    if root {
+        defs.insert(format!("t{i}"), p);
+        return serde_json::json!({"allOf": [{"type": "object"}, {"$ref": format!("#/$defs/t{i}")}]});
     }
     match p.get("type") {
         Some(Value::String(t)) if t == "object" => p,
@@ -367,6 +384,19 @@ impl Default for CallSplitter {
 }
 
 /// `{"name": "…", "arguments": ` at the start of a call (whitespace allowed around the tokens).
+/// Whether `s` can still become a call's head (`{"name": …`): after a `<tool_call>` tag the
+/// grammar writes one, but a tag that the model wrote in prose, whose grammar was dropped, is
+/// followed by anything.
+fn head_possible(s: &str) -> bool {
+    let t = s.trim_start();
+    if t.is_empty() {
+        return true;
+    }
+    let Some(t) = t.strip_prefix('{') else { return false };
+    let t = t.trim_start();
+    t.starts_with("\"name\"") || "\"name\"".starts_with(t)
+}
+
 fn head(s: &str) -> Option<(String, usize)> {
     let t = s.trim_start();
     let mut at = s.len() - t.len();
@@ -450,6 +480,11 @@ impl CallSplitter {
                         self.buf.drain(..at);
                         self.state = State::Args { depth: 0, string: false, escape: false };
                     }
+                    // The tag in prose (the call's grammar was dropped): text, tag included.
+                    None if !head_possible(&self.buf) => {
+                        out.push(Piece::Text(CALL_OPEN.to_string()));
+                        self.state = State::Text;
+                    }
                     None => return out,
                 },
                 State::Args { mut depth, mut string, mut escape } => {
@@ -512,6 +547,7 @@ impl CallSplitter {
         let rest = std::mem::take(&mut self.buf);
         match self.state {
             State::Text if !rest.is_empty() => vec![Piece::Text(rest)],
+            State::Head if !head_possible(&rest) => vec![Piece::Text(format!("{CALL_OPEN}{rest}"))],
             _ => Vec::new(),
         }
     }
@@ -626,5 +662,57 @@ mod tests {
         assert!(s["anyOf"][1]["properties"]["arguments"].get("$defs").is_none());
         // Arguments are an object whatever the tool's schema says.
         assert_eq!(s["anyOf"][0]["properties"]["arguments"]["allOf"][0], serde_json::json!({"type": "object"}));
+    }
+
+    #[test]
+    fn refs_into_a_tools_root_and_both_definition_maps_keep_their_targets() {
+        // OpenAI's recursive form (`#`), zod's (`#/properties/…`), `$defs` and `definitions` with
+        // the same name, and a literal that looks like a ref.
+        let params: Value = serde_json::from_str(
+            r##"{"type": "object", "properties": {"label": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}},
+                "same": {"$ref": "#/properties/label"}, "a": {"$ref": "#/$defs/A"}, "b": {"$ref": "#/definitions/A"},
+                "lit": {"const": {"$ref": "#/$defs/A"}}},
+                "$defs": {"A": {"type": "string"}}, "definitions": {"A": {"type": "integer"}}}"##,
+        )
+        .unwrap();
+        let t = ToolSpec { name: "tree".into(), description: None, parameters: params };
+        let s = call_schema(&[&t]);
+        let root = &s["$defs"]["t0"];
+        assert_eq!(s["properties"]["arguments"]["allOf"][1]["$ref"], "#/$defs/t0");
+        assert_eq!(root["properties"]["children"]["items"]["$ref"], "#/$defs/t0");
+        assert_eq!(root["properties"]["same"]["$ref"], "#/$defs/t0/properties/label");
+        assert_eq!(root["properties"]["a"]["$ref"], "#/$defs/t0_A");
+        assert_eq!(root["properties"]["b"]["$ref"], "#/$defs/t0d_A");
+        assert_eq!(s["$defs"]["t0_A"], serde_json::json!({"type": "string"}));
+        assert_eq!(s["$defs"]["t0d_A"], serde_json::json!({"type": "integer"}));
+        assert_eq!(root["properties"]["lit"]["const"], serde_json::json!({"$ref": "#/$defs/A"}), "a literal is data");
+        assert!(root.get("$defs").is_none() && root.get("definitions").is_none());
+    }
+
+    #[test]
+    fn a_tag_in_prose_whose_grammar_was_dropped_stays_text() {
+        // The tag's closing `>` came with other text, the grammar could not start, and the answer
+        // went on as prose: nothing is lost, whole or streamed.
+        let out = "Wrap it in <tool_call>. Then send it.";
+        assert_eq!(split_calls(out), (out.to_string(), vec![]));
+        let mut s = CallSplitter::default();
+        let mut text = String::new();
+        for c in out.chars() {
+            for p in s.push(&c.to_string()) {
+                if let Piece::Text(t) = p {
+                    text.push_str(&t);
+                }
+            }
+        }
+        for p in s.finish() {
+            if let Piece::Text(t) = p {
+                text.push_str(&t);
+            }
+        }
+        assert_eq!(text, out);
+        // Ended right after such a tag, or after a head that cannot be one.
+        assert_eq!(split_calls("see <tool_call> x").0, "see <tool_call> x");
+        // A call cut short (max_tokens) is still no text.
+        assert_eq!(split_calls("<tool_call>\n{\"na"), (String::new(), vec![]));
     }
 }
