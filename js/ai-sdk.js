@@ -96,6 +96,15 @@ function requestOf(options) {
   return { params, warnings };
 }
 
+function parses(json) {
+  try {
+    JSON.parse(json);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 const FINISH = { stop: 'stop', length: 'length', tool_calls: 'tool-calls' };
 const finishOf = (raw) => ({ unified: FINISH[raw] ?? 'other', raw });
 
@@ -134,8 +143,8 @@ export function hotprefix(engine, { modelId } = {}) {
       const choice = r.choices[0];
       const content = [];
       if (choice.message.content) content.push({ type: 'text', text: choice.message.content });
-      // A call cut short by max_tokens is no call (its input would not parse).
-      for (const c of choice.finish_reason === 'length' ? [] : choice.message.tool_calls ?? []) {
+      // A call cut short by max_tokens is no call (its input does not parse); the calls before it are.
+      for (const c of (choice.message.tool_calls ?? []).filter((c) => choice.finish_reason !== 'length' || parses(c.function.arguments))) {
         content.push({ type: 'tool-call', toolCallId: c.id, toolName: c.function.name, input: c.function.arguments });
       }
       return {
@@ -200,8 +209,8 @@ export function hotprefix(engine, { modelId } = {}) {
           if (textOpen) c.enqueue({ type: 'text-end', id: 'text-0' });
           for (const call of calls.values()) {
             c.enqueue({ type: 'tool-input-end', id: call.id });
-            // A call cut short by max_tokens is no call (its input would not parse).
-            if (finish !== 'length') c.enqueue({ type: 'tool-call', toolCallId: call.id, toolName: call.name, input: call.args });
+            // A call cut short by max_tokens is no call (its input does not parse); the calls before it are.
+            if (finish !== 'length' || parses(call.args)) c.enqueue({ type: 'tool-call', toolCallId: call.id, toolName: call.name, input: call.args });
           }
           c.enqueue({ type: 'finish', finishReason: finishOf(finish), usage: usageOf(usage), providerMetadata: metadataOf(report) });
           c.close();

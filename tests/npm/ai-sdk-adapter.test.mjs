@@ -1,0 +1,56 @@
+// hotprefix/ai-sdk's mapping of an answer to AI SDK parts, on a stand-in engine (no GPU, no
+// browser: the adapter's own logic). The packed package against the real engine is in
+// package.test.mjs.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { hotprefix } from '../../js/ai-sdk.js';
+
+// Two parallel calls, the second cut short by max_tokens: the first is whole and is a call.
+const CALLS = [
+  { id: 'call_a', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } },
+  { id: 'call_b', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Lo' } },
+];
+
+function standIn() {
+  return {
+    chat: {
+      completions: {
+        async create(params) {
+          const base = { id: 'chatcmpl-1', model: 'stand-in', created: 1 };
+          if (!params.stream) {
+            return { ...base, choices: [{ index: 0, finish_reason: 'length', message: { role: 'assistant', content: null, tool_calls: CALLS } }],
+              usage: { prompt_tokens: 5, completion_tokens: 9, total_tokens: 14 } };
+          }
+          const chunks = [];
+          CALLS.forEach((c, index) => {
+            chunks.push({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index, id: c.id, type: 'function', function: { name: c.function.name, arguments: '' } }] }, finish_reason: null }] });
+            chunks.push({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index, function: { arguments: c.function.arguments } }] }, finish_reason: null }] });
+          });
+          chunks.push({ ...base, choices: [{ index: 0, delta: {}, finish_reason: 'length' }] });
+          chunks.push({ ...base, choices: [], usage: { prompt_tokens: 5, completion_tokens: 9, total_tokens: 14 } });
+          return (async function* () { yield* chunks; })();
+        },
+      },
+    },
+  };
+}
+
+const OPTIONS = {
+  prompt: [{ role: 'user', content: [{ type: 'text', text: 'Weather in Paris and London?' }] }],
+  tools: [{ type: 'function', name: 'get_weather', inputSchema: { type: 'object', properties: { city: { type: 'string' } } } }],
+};
+
+test('a length cut drops only the call it cut: the whole calls before it are calls (generate and stream)', async () => {
+  const model = hotprefix(standIn());
+  const r = await model.doGenerate(OPTIONS);
+  const calls = r.content.filter((p) => p.type === 'tool-call');
+  assert.deepEqual(calls.map((c) => [c.toolCallId, c.input]), [['call_a', '{"city": "Paris"}']]);
+  assert.equal(r.finishReason.unified, 'length');
+
+  const { stream } = await model.doStream(OPTIONS);
+  const parts = [];
+  for await (const p of stream) parts.push(p);
+  const streamed = parts.filter((p) => p.type === 'tool-call');
+  assert.deepEqual(streamed.map((c) => [c.toolCallId, c.input]), [['call_a', '{"city": "Paris"}']]);
+  assert.equal(parts.filter((p) => p.type === 'tool-input-end').length, 2, 'both inputs end');
+});
