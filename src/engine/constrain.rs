@@ -68,7 +68,7 @@ impl Grammars {
 
     /// A matcher for `grammar`, at its start. A grammar llguidance cannot compile (a JSON Schema
     /// keyword it does not implement, a bad regex) is an [`Error::InvalidArgument`] with its reason.
-    pub fn constrain(&self, grammar: TopLevelGrammar) -> Result<Constraint> {
+    fn constrain(&self, grammar: TopLevelGrammar) -> Result<Constraint> {
         let m = Matcher::new(self.factory.create_parser(grammar));
         match m.get_error() {
             Some(e) => Err(Error::InvalidArgument(format!("response grammar: {e}"))),

@@ -428,7 +428,7 @@ impl Engine {
                         "tools[{i}] holds the control-token text {c:?}, which the chat template would write as a control token"
                     )));
                 }
-                if text.contains(['\u{E000}', '\u{E001}']) {
+                if text.contains(crate::text::prompt::MARKERS) {
                     return Err(Error::InvalidArgument(format!("tools[{i}] holds the private-use characters U+E000/U+E001")));
                 }
             }
@@ -438,27 +438,22 @@ impl Engine {
 
     /// The grammar a request's answer follows: its `response_format`, or its tool calls.
     fn constraint_of(&mut self, req: &ChatRequest) -> Result<Option<Constrained>> {
-        use llguidance::api::TopLevelGrammar;
         let tools: Vec<&ToolSpec> = req.tools.iter().collect();
-        let (grammar, after) = match (&req.response_format, &req.tool_choice) {
-            (ResponseFormat::JsonObject, _) => (TopLevelGrammar::from_json_schema(tools::response_schema(None)), None),
-            (ResponseFormat::JsonSchema { schema, .. }, _) => {
-                (TopLevelGrammar::from_json_schema(tools::response_schema(schema.as_ref())), None)
-            }
+        let (constraint, after) = match (&req.response_format, &req.tool_choice) {
+            (ResponseFormat::JsonObject, _) => (self.grammars()?.json(tools::response_schema(None))?, None),
+            (ResponseFormat::JsonSchema { schema, .. }, _) => (self.grammars()?.json(tools::response_schema(schema.as_ref()))?, None),
             (ResponseFormat::Text, ToolChoice::Required) => {
-                (TopLevelGrammar::from_lark(tools::calls_grammar(&tools, req.parallel_tool_calls, false)), None)
+                (self.grammars()?.lark(&tools::calls_grammar(&tools, req.parallel_tool_calls, false))?, None)
             }
             (ResponseFormat::Text, ToolChoice::Function(name)) => {
                 let one: Vec<&ToolSpec> = tools.iter().copied().filter(|t| &t.name == name).collect();
-                (TopLevelGrammar::from_lark(tools::calls_grammar(&one, false, false)), None)
+                (self.grammars()?.lark(&tools::calls_grammar(&one, false, false))?, None)
             }
-            (ResponseFormat::Text, ToolChoice::Auto) => (
-                TopLevelGrammar::from_lark(tools::calls_grammar(&tools, req.parallel_tool_calls, true)),
-                Some(tools::CALL_OPEN.to_string()),
-            ),
+            (ResponseFormat::Text, ToolChoice::Auto) => {
+                (self.grammars()?.lark(&tools::calls_grammar(&tools, req.parallel_tool_calls, true))?, Some(tools::CALL_OPEN.to_string()))
+            }
             (ResponseFormat::Text, ToolChoice::None) => return Ok(None),
         };
-        let constraint = self.grammars()?.constrain(grammar)?;
         let stop_strings = req.response_format != ResponseFormat::Text;
         Ok(Some(Constrained { constraint, after, stop_strings }))
     }

@@ -24,6 +24,8 @@ pub struct Encoded {
 /// writes them itself.
 const FIELD: char = '\u{E000}';
 const END: char = '\u{E001}';
+/// Both markers: text that holds one cannot be told from a field (`Engine` refuses it in tools).
+pub(crate) const MARKERS: [char; 2] = [FIELD, END];
 
 fn marker(k: usize) -> String {
     format!("{FIELD}{k}{END}")

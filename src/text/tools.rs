@@ -383,7 +383,6 @@ impl Default for CallSplitter {
     }
 }
 
-/// `{"name": "…", "arguments": ` at the start of a call (whitespace allowed around the tokens).
 /// Whether `s` can still become a call's head (`{"name": …`): after a `<tool_call>` tag the
 /// grammar writes one, but a tag that the model wrote in prose, whose grammar was dropped, is
 /// followed by anything.
@@ -397,6 +396,7 @@ fn head_possible(s: &str) -> bool {
     t.starts_with("\"name\"") || "\"name\"".starts_with(t)
 }
 
+/// `{"name": "…", "arguments": ` at the start of a call (whitespace allowed around the tokens).
 fn head(s: &str) -> Option<(String, usize)> {
     let t = s.trim_start();
     let mut at = s.len() - t.len();
