@@ -316,37 +316,37 @@ pub async fn profile(path: &str, json: bool, section: &str, kernels: &str) -> Re
         }
         seq.clear()?;
     }
-    if prefill {
-        m.prefill(&gpu, &kv, &mut seq, &prompt[..1000]).await?;
+    // One pass over new tokens after others resident, profiled: a prefill chunk, and `bench
+    // cache`'s warm request (1,675 positions resident: system + document; 25 new: the question),
+    // which is also timed unprofiled (one pass for all dispatches, as requests run), twice.
+    let passes = [
+        (prefill, 1000, 1500, false, "prefill positions 1000..1500 (one 500-token chunk"),
+        (warm, 1675, 1700, true, "warm suffix: positions 1675..1700 after 1,675 resident (one 25-token chunk"),
+    ];
+    for (on, resident, end, unprofiled, title) in passes {
+        if !on {
+            continue;
+        }
+        m.prefill(&gpu, &kv, &mut seq, &prompt[..resident]).await?;
         gpu.start_profile(2048)?;
         let t = now_ms();
-        m.forward(&gpu, &kv, &mut seq, &prompt[1000..1500], hotprefix::model::Logits::Last).await?;
-        gpu.finish().await?;
-        let wall = now_ms() - t;
-        sections.push(("prefill positions 1000..1500 (one 500-token chunk)".to_string(), gpu.finish_profile().await?, 1.0, wall));
-        seq.clear()?;
-    }
-    if warm {
-        // `bench cache`'s warm request: 1,675 positions resident (system + document), 25 new
-        // tokens (the question), last-row logits.
-        m.prefill(&gpu, &kv, &mut seq, &prompt[..1675]).await?;
-        gpu.start_profile(2048)?;
-        let t = now_ms();
-        m.forward(&gpu, &kv, &mut seq, &prompt[1675..1700], hotprefix::model::Logits::Last).await?;
+        m.forward(&gpu, &kv, &mut seq, &prompt[resident..end], hotprefix::model::Logits::Last).await?;
         gpu.finish().await?;
         let wall = now_ms() - t;
         let timings = gpu.finish_profile().await?;
-        // The same pass unprofiled (one pass for all dispatches, as requests run), twice.
-        let mut plain = Vec::new();
-        for _ in 0..2 {
-            seq.truncate(1675)?;
-            let t = now_ms();
-            m.forward(&gpu, &kv, &mut seq, &prompt[1675..1700], hotprefix::model::Logits::Last).await?;
-            m.read_argmax(&gpu, 1).await?;
-            plain.push(now_ms() - t);
+        let mut title = title.to_string();
+        if unprofiled {
+            let mut plain = Vec::new();
+            for _ in 0..2 {
+                seq.truncate(resident)?;
+                let t = now_ms();
+                m.forward(&gpu, &kv, &mut seq, &prompt[resident..end], hotprefix::model::Logits::Last).await?;
+                m.read_argmax(&gpu, 1).await?;
+                plain.push(now_ms() - t);
+            }
+            title += &format!("; unprofiled with the argmax read: {:.0} / {:.0} ms", plain[0], plain[1]);
         }
-        let title = format!("warm suffix: positions 1675..1700 after 1,675 resident (one 25-token chunk; unprofiled with the argmax read: {:.0} / {:.0} ms)", plain[0], plain[1]);
-        sections.push((title, timings, 1.0, wall));
+        sections.push((title + ")", timings, 1.0, wall));
         seq.clear()?;
     }
     let mut out = Vec::new();
