@@ -39,6 +39,14 @@ function errorResponse(e) {
   return json(status, { error }, { 'x-should-retry': 'false' });
 }
 
+// A request the adapter refuses before the engine sees it (unknown route, method or model), with
+// OpenAI's error body.
+const clientError = (status, message, param = null, code = null) => json(
+  status,
+  { error: { message, type: 'invalid_request_error', param, code } },
+  { 'x-should-retry': 'false' },
+);
+
 // An aborted request, as fetch reports one.
 const aborted = (signal) => (signal?.reason instanceof Error && signal.reason.name === 'AbortError'
   ? signal.reason
@@ -126,16 +134,16 @@ export function createFetch(engine, { baseURL = DEFAULT_BASE_URL, fetch: next } 
     const signal = init.signal ?? request?.signal ?? undefined;
     if (signal?.aborted) throw aborted(signal);
     if (route === '/models' || route.startsWith('/models/')) {
-      if (method !== 'GET') return json(405, { error: { message: `${method} ${route} is not supported`, type: 'invalid_request_error', param: null, code: null } });
+      if (method !== 'GET') return clientError(405, `${method} ${route} is not supported`);
       if (route === '/models') return json(200, { object: 'list', data: [modelEntry(engine)] });
       const id = decodeURIComponent(route.slice('/models/'.length));
-      if (id !== engine.model) return json(404, { error: { message: `The model '${id}' does not exist`, type: 'invalid_request_error', param: 'model', code: 'model_not_found' } });
+      if (id !== engine.model) return clientError(404, `The model '${id}' does not exist`, 'model', 'model_not_found');
       return json(200, modelEntry(engine));
     }
     if (route !== '/chat/completions') {
-      return json(404, { error: { message: `hotprefix serves /chat/completions and /models, not ${route || '/'}`, type: 'invalid_request_error', param: null, code: 'unknown_url' } });
+      return clientError(404, `hotprefix serves /chat/completions and /models, not ${route || '/'}`, null, 'unknown_url');
     }
-    if (method !== 'POST') return json(405, { error: { message: `${method} /chat/completions: POST expected`, type: 'invalid_request_error', param: null, code: null } });
+    if (method !== 'POST') return clientError(405, `${method} /chat/completions: POST expected`);
     let params;
     try {
       const text = init.body != null ? await new Response(init.body).text() : await (request?.text() ?? '');
