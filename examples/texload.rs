@@ -1,7 +1,16 @@
-//! Spike: on lavapipe, does a matrix-vector product reading its weights through `textureLoad` of
-//! an rgba32uint texture (16 bytes a lane a fetch) beat the same product reading a storage buffer
-//! (4 bytes a lane a load)? Int8 weights, one f32 scale a 32-value block, K = 640, as Gemma-3's
-//! Q8_0 head. Prints ms a dispatch for each and checks both give the same y.
+//! Spike: on lavapipe, how fast can a matrix-vector product read its weights? Int8 weights, one
+//! f32 scale a 32-value block, K = 640, as Gemma-3's Q8_0 head; 4 rows an invocation. Variants:
+//!
+//! - `buf`: a storage buffer, one word a lane a load (rows interleaved by 32, as the engine's
+//!   layout); `tex`: an rgba32uint texture, 4 words of a row a lane a fetch.
+//! - `uni`: the buffer loaded at addresses made of workgroup_id and loop counters, each lane
+//!   selecting its row's word (a test of whether lavapipe takes them as uniform loads).
+//! - `buflanes`, `texlanes`: `buf` and `tex` with x shared by subgroup broadcast, as the engine's
+//!   `matvec_lanes` shares it; `v4lanes`: `texlanes`' texels in a storage buffer of vec4<u32>;
+//!   `r32lanes`: `buflanes` reading each word through an r32uint texture.
+//!
+//! Prints ms a dispatch for each (two rounds) and checks every variant gives `buf`'s y. Figures
+//! and conclusions: docs/BENCHMARKS.md, "Tried on 2026-12-02".
 
 use std::time::Instant;
 use wgpu::util::DeviceExt;
@@ -88,6 +97,190 @@ fn tex(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3;
 }
+// Subgroup-uniform loads: lavapipe 25.0 turns a storage load whose address differs across the 8
+// lanes of its vector into a loop over the lanes (a branch and a stack round trip each), but a
+// load whose address NIR proves uniform into one scalar load, broadcast. Here each workgroup is
+// one vector of 8 lanes taking 8 neighbouring rows; it loads the 8 words those rows need at
+// addresses made only of workgroup_id and loop counters (uniform), and each lane selects its own.
+fn pick(a: u32, l: u32) -> u32 {
+    let lo = vec4<u32>(w[a], w[a + 1u], w[a + 2u], w[a + 3u]);
+    let hi = vec4<u32>(w[a + 4u], w[a + 5u], w[a + 6u], w[a + 7u]);
+    return select(lo, hi, l >= 4u)[l & 3u];
+}
+
+fn pickf(a: u32, s: u32, l: u32) -> f32 {
+    let lo = vec4<f32>(d[a], d[a + s], d[a + 2u * s], d[a + 3u * s]);
+    let hi = vec4<f32>(d[a + 4u * s], d[a + 5u * s], d[a + 6u * s], d[a + 7u * s]);
+    return select(lo, hi, l >= 4u)[l & 3u];
+}
+
+@compute @workgroup_size(8)
+fn uni(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g0 = wid.x * 8u;
+    let r0 = (g0 / G) * 4u * G + g0 % G;
+    let l = lid.x;
+    let wr = p.k / 4u;
+    let b0 = (r0 / G) * wr * G + r0 % G;
+    let b1 = b0 + wr * G;
+    let b2 = b1 + wr * G;
+    let b3 = b2 + wr * G;
+    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let nb = p.k / 32u;
+    for (var c = 0u; c < nb; c++) {
+        var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+        for (var i = 0u; i < 8u; i++) {
+            let j = c * 8u + i;
+            let xv = x[j];
+            s0 += xv * i8x4(pick(b0 + j * G, l));
+            s1 += xv * i8x4(pick(b1 + j * G, l));
+            s2 += xv * i8x4(pick(b2 + j * G, l));
+            s3 += xv * i8x4(pick(b3 + j * G, l));
+        }
+        a0 += pickf(r0 * nb + c, nb, l) * dot(s0, vec4<f32>(1.0));
+        a1 += pickf((r0 + G) * nb + c, nb, l) * dot(s1, vec4<f32>(1.0));
+        a2 += pickf((r0 + 2u * G) * nb + c, nb, l) * dot(s2, vec4<f32>(1.0));
+        a3 += pickf((r0 + 3u * G) * nb + c, nb, l) * dot(s3, vec4<f32>(1.0));
+    }
+    let n0 = r0 + l;
+    y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3;
+}
+// As `buf` and `tex`, with x shared as matvec_lanes shares it: lane l of 8 loads quad l of a
+// 32-value chunk once and subgroupBroadcast hands the 8 quads to every lane.
+fn xq(c: u32, l: u32) -> array<vec4<f32>, 8> {
+    let own = x[c * 8u + l % 8u];
+    return array<vec4<f32>, 8>(subgroupBroadcast(own, 0u), subgroupBroadcast(own, 1u), subgroupBroadcast(own, 2u), subgroupBroadcast(own, 3u),
+        subgroupBroadcast(own, 4u), subgroupBroadcast(own, 5u), subgroupBroadcast(own, 6u), subgroupBroadcast(own, 7u));
+}
+
+@compute @workgroup_size(64)
+fn buflanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
+    let n0 = (gid.x / G) * 4u * G + gid.x % G;
+    let wr = p.k / 4u;
+    let b0 = (n0 / G) * wr * G + n0 % G;
+    let b1 = b0 + wr * G;
+    let b2 = b1 + wr * G;
+    let b3 = b2 + wr * G;
+    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let nb = p.k / 32u;
+    for (var c = 0u; c < nb; c++) {
+        var xv = xq(c, sl);
+        var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+        for (var i = 0u; i < 8u; i++) {
+            let j = c * 8u + i;
+            s0 += xv[i] * i8x4(w[b0 + j * G]);
+            s1 += xv[i] * i8x4(w[b1 + j * G]);
+            s2 += xv[i] * i8x4(w[b2 + j * G]);
+            s3 += xv[i] * i8x4(w[b3 + j * G]);
+        }
+        a0 += d[(n0) * nb + c] * dot(s0, vec4<f32>(1.0));
+        a1 += d[(n0 + G) * nb + c] * dot(s1, vec4<f32>(1.0));
+        a2 += d[(n0 + 2u * G) * nb + c] * dot(s2, vec4<f32>(1.0));
+        a3 += d[(n0 + 3u * G) * nb + c] * dot(s3, vec4<f32>(1.0));
+    }
+    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+}
+
+@compute @workgroup_size(64)
+fn texlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
+    let n0 = (gid.x / G) * 4u * G + gid.x % G;
+    let tr = p.k / 16u;
+    let b0 = (n0 / G) * tr * G + n0 % G;
+    let b1 = b0 + tr * G;
+    let b2 = b1 + tr * G;
+    let b3 = b2 + tr * G;
+    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let nb = p.k / 32u;
+    for (var c = 0u; c < nb; c++) {
+        var xv = xq(c, sl);
+        var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+        for (var i = 0u; i < 2u; i++) {
+            let t = c * 2u + i;
+            let x0 = xv[4u * i]; let x1 = xv[4u * i + 1u]; let x2 = xv[4u * i + 2u]; let x3 = xv[4u * i + 3u];
+            let q0 = tex_at(b0 + t * G);
+            let q1 = tex_at(b1 + t * G);
+            let q2 = tex_at(b2 + t * G);
+            let q3 = tex_at(b3 + t * G);
+            s0 += x0 * i8x4(q0.x) + x1 * i8x4(q0.y) + x2 * i8x4(q0.z) + x3 * i8x4(q0.w);
+            s1 += x0 * i8x4(q1.x) + x1 * i8x4(q1.y) + x2 * i8x4(q1.z) + x3 * i8x4(q1.w);
+            s2 += x0 * i8x4(q2.x) + x1 * i8x4(q2.y) + x2 * i8x4(q2.z) + x3 * i8x4(q2.w);
+            s3 += x0 * i8x4(q3.x) + x1 * i8x4(q3.y) + x2 * i8x4(q3.z) + x3 * i8x4(q3.w);
+        }
+        a0 += d[(n0) * nb + c] * dot(s0, vec4<f32>(1.0));
+        a1 += d[(n0 + G) * nb + c] * dot(s1, vec4<f32>(1.0));
+        a2 += d[(n0 + 2u * G) * nb + c] * dot(s2, vec4<f32>(1.0));
+        a3 += d[(n0 + 3u * G) * nb + c] * dot(s3, vec4<f32>(1.0));
+    }
+    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+}
+// texlanes with the texels in a storage buffer of vec4<u32>: one load a lane of 16 bytes.
+@group(0) @binding(6) var<storage, read> w4: array<vec4<u32>>;
+
+@compute @workgroup_size(64)
+fn v4lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
+    let n0 = (gid.x / G) * 4u * G + gid.x % G;
+    let tr = p.k / 16u;
+    let b0 = (n0 / G) * tr * G + n0 % G;
+    let b1 = b0 + tr * G;
+    let b2 = b1 + tr * G;
+    let b3 = b2 + tr * G;
+    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let nb = p.k / 32u;
+    for (var c = 0u; c < nb; c++) {
+        var xv = xq(c, sl);
+        var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+        for (var i = 0u; i < 2u; i++) {
+            let t = c * 2u + i;
+            let x0 = xv[4u * i]; let x1 = xv[4u * i + 1u]; let x2 = xv[4u * i + 2u]; let x3 = xv[4u * i + 3u];
+            let q0 = w4[b0 + t * G];
+            let q1 = w4[b1 + t * G];
+            let q2 = w4[b2 + t * G];
+            let q3 = w4[b3 + t * G];
+            s0 += x0 * i8x4(q0.x) + x1 * i8x4(q0.y) + x2 * i8x4(q0.z) + x3 * i8x4(q0.w);
+            s1 += x0 * i8x4(q1.x) + x1 * i8x4(q1.y) + x2 * i8x4(q1.z) + x3 * i8x4(q1.w);
+            s2 += x0 * i8x4(q2.x) + x1 * i8x4(q2.y) + x2 * i8x4(q2.z) + x3 * i8x4(q2.w);
+            s3 += x0 * i8x4(q3.x) + x1 * i8x4(q3.y) + x2 * i8x4(q3.z) + x3 * i8x4(q3.w);
+        }
+        a0 += d[(n0) * nb + c] * dot(s0, vec4<f32>(1.0));
+        a1 += d[(n0 + G) * nb + c] * dot(s1, vec4<f32>(1.0));
+        a2 += d[(n0 + 2u * G) * nb + c] * dot(s2, vec4<f32>(1.0));
+        a3 += d[(n0 + 3u * G) * nb + c] * dot(s3, vec4<f32>(1.0));
+    }
+    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+}
+// buflanes reading each word through an r32uint texture 8192 words wide (the buffer's layout).
+@group(0) @binding(7) var wr32: texture_2d<u32>;
+
+fn wt32(i: u32) -> u32 {
+    return textureLoad(wr32, vec2<u32>(i & 8191u, i >> 13u), 0).x;
+}
+
+@compute @workgroup_size(64)
+fn r32lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
+    let n0 = (gid.x / G) * 4u * G + gid.x % G;
+    let wr = p.k / 4u;
+    let b0 = (n0 / G) * wr * G + n0 % G;
+    let b1 = b0 + wr * G;
+    let b2 = b1 + wr * G;
+    let b3 = b2 + wr * G;
+    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let nb = p.k / 32u;
+    for (var c = 0u; c < nb; c++) {
+        var xv = xq(c, sl);
+        var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+        for (var i = 0u; i < 8u; i++) {
+            let j = c * 8u + i;
+            s0 += xv[i] * i8x4(wt32(b0 + j * G));
+            s1 += xv[i] * i8x4(wt32(b1 + j * G));
+            s2 += xv[i] * i8x4(wt32(b2 + j * G));
+            s3 += xv[i] * i8x4(wt32(b3 + j * G));
+        }
+        a0 += d[(n0) * nb + c] * dot(s0, vec4<f32>(1.0));
+        a1 += d[(n0 + G) * nb + c] * dot(s1, vec4<f32>(1.0));
+        a2 += d[(n0 + 2u * G) * nb + c] * dot(s2, vec4<f32>(1.0));
+        a3 += d[(n0 + 3u * G) * nb + c] * dot(s3, vec4<f32>(1.0));
+    }
+    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+}
 "#;
 
 fn main() {
@@ -114,7 +307,7 @@ async fn run() {
     let (device, queue) = adapter
         .request_device(&wgpu::DeviceDescriptor {
             label: None,
-            required_features: wgpu::Features::empty(),
+            required_features: wgpu::Features::SUBGROUP,
             required_limits: adapter.limits(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -163,6 +356,7 @@ async fn run() {
     });
     let xb = storage(bytemuck::cast_slice(&x), "x");
     let wb = storage(bytemuck::cast_slice(&buf_words), "w");
+    let w4b = storage(bytemuck::cast_slice(&tex_words), "w4");
     let db = storage(bytemuck::cast_slice(&d), "d");
     let yb = device.create_buffer(&wgpu::BufferDescriptor {
         label: None,
@@ -193,10 +387,32 @@ async fn run() {
         wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(tex_w as u32 * 16), rows_per_image: Some(tex_h as u32) },
         size,
     );
+    let h32 = buf_words.len().div_ceil(8192);
+    let mut w32 = buf_words.clone();
+    w32.resize(h32 * 8192, 0);
+    let size32 = wgpu::Extent3d { width: 8192, height: h32 as u32, depth_or_array_layers: 1 };
+    let tex32 = device.create_texture(&wgpu::TextureDescriptor {
+        label: None,
+        size: size32,
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D2,
+        format: wgpu::TextureFormat::R32Uint,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    });
+    queue.write_texture(
+        wgpu::TexelCopyTextureInfo { texture: &tex32, mip_level: 0, origin: wgpu::Origin3d::ZERO, aspect: wgpu::TextureAspect::All },
+        bytemuck::cast_slice(&w32),
+        wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(8192 * 4), rows_per_image: Some(h32 as u32) },
+        size32,
+    );
+    let view32 = tex32.create_view(&wgpu::TextureViewDescriptor::default());
     let view = tex.create_view(&wgpu::TextureViewDescriptor::default());
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(SRC.into()) });
     let mut results = Vec::new();
-    for entry in ["buf", "tex", "buf", "tex"] {
+    const VARIANTS: [&str; 7] = ["buf", "tex", "uni", "buflanes", "texlanes", "v4lanes", "r32lanes"];
+    for entry in VARIANTS.iter().chain(VARIANTS.iter()).copied() {
         let pipe = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: None,
             layout: None,
@@ -211,7 +427,11 @@ async fn run() {
             wgpu::BindGroupEntry { binding: 2, resource: yb.as_entire_binding() },
             wgpu::BindGroupEntry { binding: 4, resource: db.as_entire_binding() },
         ];
-        if entry == "buf" {
+        if entry == "r32lanes" {
+            entries.push(wgpu::BindGroupEntry { binding: 7, resource: wgpu::BindingResource::TextureView(&view32) });
+        } else if entry == "v4lanes" {
+            entries.push(wgpu::BindGroupEntry { binding: 6, resource: w4b.as_entire_binding() });
+        } else if !entry.starts_with("tex") {
             entries.push(wgpu::BindGroupEntry { binding: 3, resource: wb.as_entire_binding() });
         } else {
             entries.push(wgpu::BindGroupEntry { binding: 5, resource: wgpu::BindingResource::TextureView(&view) });
@@ -226,7 +446,7 @@ async fn run() {
                 let mut pass = enc.begin_compute_pass(&Default::default());
                 pass.set_pipeline(&pipe);
                 pass.set_bind_group(0, &bg, &[]);
-                pass.dispatch_workgroups(invocations.div_ceil(64), 1, 1);
+                pass.dispatch_workgroups(invocations.div_ceil(if entry == "uni" { 8 } else { 64 }), 1, 1);
             }
             if rep == reps - 1 {
                 enc.copy_buffer_to_buffer(&yb, 0, &read, 0, n as u64 * 4);
@@ -244,6 +464,8 @@ async fn run() {
         println!("{entry}: median {:.2} ms, min {:.2} ms ({:?})", times[reps / 2], times[0], &times);
         results.push(y);
     }
-    let diff = results[0].iter().zip(&results[1]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-    println!("max |y_buf - y_tex| = {diff}");
+    for (i, name) in VARIANTS.iter().enumerate().skip(1) {
+        let diff = results[0].iter().zip(&results[i]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        println!("max |y_buf - y_{name}| = {diff}");
+    }
 }

@@ -36,12 +36,20 @@ struct Field<'m> {
     text: &'m str,
     /// The message it belongs to.
     message: usize,
-    /// Its content (not its name or a tool call's text).
-    content: bool,
+    kind: FieldKind,
+}
+
+/// Which of a message's texts a field is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FieldKind {
+    /// Its content.
+    Content,
     /// Its author's name.
-    name: bool,
+    Name,
+    /// A tool call's function name.
+    ToolName,
     /// A tool call's arguments (a JSON text).
-    args: bool,
+    Arguments,
 }
 
 /// A model's chat template (if it has one) and tokenizer, turning messages into prompts.
@@ -72,21 +80,21 @@ impl Prompter<'_> {
         // arguments), then encode the template's text with control tokens recognised and each
         // field as plain text.
         let mut fields: Vec<Field<'_>> = Vec::new();
-        fn add<'m>(fields: &mut Vec<Field<'m>>, text: &'m str, message: usize, content: bool, name: bool, args: bool) -> String {
-            fields.push(Field { text, message, content, name, args });
+        fn add<'m>(fields: &mut Vec<Field<'m>>, text: &'m str, message: usize, kind: FieldKind) -> String {
+            fields.push(Field { text, message, kind });
             marker(fields.len() - 1)
         }
         let mut marked: Vec<Message> = Vec::with_capacity(messages.len());
         for (i, m) in messages.iter().enumerate() {
             // An empty content stays empty (a template tests it: an assistant turn that only calls
             // tools renders as its template renders one); its place is found below.
-            let content = if m.content.is_empty() { String::new() } else { add(&mut fields, &m.content, i, true, false, false) };
-            let name = m.name.as_deref().map(|n| add(&mut fields, n, i, false, true, false));
+            let content = if m.content.is_empty() { String::new() } else { add(&mut fields, &m.content, i, FieldKind::Content) };
+            let name = m.name.as_deref().map(|n| add(&mut fields, n, i, FieldKind::Name));
             let mut tool_calls = Vec::with_capacity(m.tool_calls.len());
             for c in &m.tool_calls {
                 let function = FunctionCall {
-                    name: add(&mut fields, &c.function.name, i, false, false, false),
-                    arguments: add(&mut fields, &c.function.arguments, i, false, false, true),
+                    name: add(&mut fields, &c.function.name, i, FieldKind::ToolName),
+                    arguments: add(&mut fields, &c.function.arguments, i, FieldKind::Arguments),
                 };
                 tool_calls.push(ToolCall { id: c.id.clone(), kind: c.kind.clone(), function });
             }
@@ -114,15 +122,15 @@ impl Prompter<'_> {
                 .ok_or_else(|| Error::Template("the chat template altered a message's field".into()))?;
             let f = &fields[k];
             let after = &tail[end + END.len_utf8()..];
-            let in_quotes = f.args && rest[..at].ends_with('"') && after.starts_with('"');
+            let in_quotes = f.kind == FieldKind::Arguments && rest[..at].ends_with('"') && after.starts_with('"');
             pieces.push((if in_quotes { &rest[..at - 1] } else { &rest[..at] }, true));
-            let text = if f.content && template.trims_content() {
+            let text = if f.kind == FieldKind::Content && template.trims_content() {
                 // llama.cpp's built-in templates trim contents (C's isspace).
                 f.text.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r'])
             } else {
                 f.text
             };
-            if f.name {
+            if f.kind == FieldKind::Name {
                 named[f.message] = true;
             }
             placed.push((pieces.len(), k));
@@ -147,7 +155,7 @@ impl Prompter<'_> {
         let (mut ids, ranges) = self.tokenizer.encode_pieces(&pieces)?;
         let mut contents: Vec<Option<std::ops::Range<usize>>> = vec![None; messages.len()];
         for &(piece, k) in &placed {
-            if fields[k].content {
+            if fields[k].kind == FieldKind::Content {
                 contents[fields[k].message].get_or_insert(ranges[piece].clone());
             }
         }
