@@ -27,6 +27,12 @@ const END: char = '\u{E001}';
 /// Both markers: text that holds one cannot be told from a field (`Engine` refuses it in tools).
 pub(crate) const MARKERS: [char; 2] = [FIELD, END];
 
+/// Around each content marker: whitespace a template's `trim` (Jinja's, Python's `strip`) removes
+/// and no template writes. Where it is gone after rendering, the template trimmed the content
+/// there (Llama-3's and Gemma-3's templates trim each turn), and the encoder trims the content it
+/// splices in on that side; where it is left, the encoder drops it and the content stays whole.
+const PAD: char = '\u{2003}';
+
 fn marker(k: usize) -> String {
     format!("{FIELD}{k}{END}")
 }
@@ -88,7 +94,11 @@ impl Prompter<'_> {
         for (i, m) in messages.iter().enumerate() {
             // An empty content stays empty (a template tests it: an assistant turn that only calls
             // tools renders as its template renders one); its place is found below.
-            let content = if m.content.is_empty() { String::new() } else { add(&mut fields, &m.content, i, FieldKind::Content) };
+            let content = if m.content.is_empty() {
+                String::new()
+            } else {
+                format!("{PAD}{}{PAD}", add(&mut fields, &m.content, i, FieldKind::Content))
+            };
             let name = m.name.as_deref().map(|n| add(&mut fields, n, i, FieldKind::Name));
             let mut tool_calls = Vec::with_capacity(m.tool_calls.len());
             for c in &m.tool_calls {
@@ -121,15 +131,30 @@ impl Prompter<'_> {
                 .filter(|&k| k < fields.len())
                 .ok_or_else(|| Error::Template("the chat template altered a message's field".into()))?;
             let f = &fields[k];
-            let after = &tail[end + END.len_utf8()..];
-            let in_quotes = f.kind == FieldKind::Arguments && rest[..at].ends_with('"') && after.starts_with('"');
-            pieces.push((if in_quotes { &rest[..at - 1] } else { &rest[..at] }, true));
-            let text = if f.kind == FieldKind::Content && template.trims_content() {
-                // llama.cpp's built-in templates trim contents (C's isspace).
-                f.text.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r'])
-            } else {
-                f.text
-            };
+            let mut before = &rest[..at];
+            let mut after = &tail[end + END.len_utf8()..];
+            let in_quotes = f.kind == FieldKind::Arguments && before.ends_with('"') && after.starts_with('"');
+            if in_quotes {
+                before = &before[..before.len() - 1];
+            }
+            let mut text = f.text;
+            if f.kind == FieldKind::Content {
+                let (kept_start, kept_end) = (before.ends_with(PAD), after.starts_with(PAD));
+                before = before.strip_suffix(PAD).unwrap_or(before);
+                after = after.strip_prefix(PAD).unwrap_or(after);
+                if template.trims_content() {
+                    // llama.cpp's built-in templates trim contents (C's isspace).
+                    text = text.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+                } else {
+                    if !kept_start {
+                        text = text.trim_start();
+                    }
+                    if !kept_end {
+                        text = text.trim_end();
+                    }
+                }
+            }
+            pieces.push((before, true));
             if f.kind == FieldKind::Name {
                 named[f.message] = true;
             }
@@ -264,6 +289,30 @@ mod tests {
             function: FunctionCall { name: "f".into(), arguments: args.into() },
         }];
         m
+    }
+
+    /// Llama-3's and Gemma-3's templates trim each turn's content (`| trim`); a content is
+    /// spliced in as the template would render it: trimmed where the template trims it, whole
+    /// where it does not (Gemma-3's system text, which it prefixes untrimmed).
+    #[test]
+    fn contents_are_trimmed_where_the_template_trims_them() {
+        let t = tokenizer();
+        let source = "{% if messages[0].role == 'system' %}{% set prefix = messages[0].content + '|' %}{% else %}{% set prefix = '' %}{% endif %}\
+                      {% for m in messages %}{% if m.role != 'system' %}<{{ m.role }}>{% if loop.index0 == 1 %}{{ prefix }}{% endif %}{{ m.content | trim }}</>{% endif %}{% endfor %}";
+        let template = ChatTemplate::new(source, "", "").unwrap();
+        let p = Prompter { template: Some(&template), tokenizer: &t, tools: None };
+        let messages = [Message::new("system", " be brief\n"), Message::new("user", "  hi there \n"), Message::new("assistant", "\nok ")];
+        let enc = p.encode(&messages).unwrap();
+        let real = template.render(&messages, false).unwrap();
+        assert_eq!(real, "<user> be brief\n|hi there</><assistant>ok</>");
+        assert_eq!(t.decode(&enc.ids).unwrap(), real);
+        assert_eq!(t.decode(&enc.ids[enc.contents[1].clone()]).unwrap(), "hi there");
+        assert_eq!(t.decode(&enc.ids[enc.contents[2].clone()]).unwrap(), "ok");
+        // A template that does not trim keeps every space of the content.
+        let plain = ChatTemplate::new("{% for m in messages %}[{{ m.content }}]{% endfor %}", "", "").unwrap();
+        let p = Prompter { template: Some(&plain), tokenizer: &t, tools: None };
+        let enc = p.encode(&messages).unwrap();
+        assert_eq!(t.decode(&enc.ids).unwrap(), "[ be brief\n][  hi there \n][\nok ]");
     }
 
     /// Qwen2.5's and Hermes' templates write past arguments with `tojson`: the parsed arguments'
