@@ -428,3 +428,52 @@ fn spm_special_tokens_split_longest_first_and_space_prefix() {
     // "</s>" (control here already) is recognised; "<unk>" is unknown: special-only too.
     assert_eq!(t.encode_with_special("<unk></s>").unwrap(), vec![0, 2]);
 }
+
+/// Llama-3's pre-tokenizer (`llama-bpe`) takes a pre-token that is itself in the vocabulary
+/// whole, whatever the merges make of it, and puts BOS first unless the file says not to
+/// (llama.cpp's defaults for it; other BPE pre-tokenizers merge, and add BOS only when asked).
+#[test]
+fn llama3_bpe_takes_vocabulary_words_whole_and_adds_bos() {
+    // "abc" is a token no merge makes: only "a b" merges.
+    let tokens = Value::Array(["a", "b", "ab", "c", "abc"].iter().map(|s| Value::Str(s.to_string())).collect());
+    let build = |pre: &str, add_bos: Option<bool>| {
+        let mut meta = vec![
+            ("tokenizer.ggml.model", Value::Str("gpt2".into())),
+            ("tokenizer.ggml.pre", Value::Str(pre.into())),
+            ("tokenizer.ggml.tokens", tokens.clone()),
+            ("tokenizer.ggml.merges", Value::Array(vec![Value::Str("a b".into())])),
+            ("tokenizer.ggml.bos_token_id", Value::U32(0)),
+        ];
+        if let Some(b) = add_bos {
+            meta.push(("tokenizer.ggml.add_bos_token", Value::Bool(b)));
+        }
+        Tokenizer::from_gguf(&Gguf::parse(&gguf::write(&meta, &[])).unwrap()).unwrap()
+    };
+    let llama3 = build("llama-bpe", None);
+    assert_eq!(llama3.encode_text("abc").unwrap(), vec![4]);
+    assert!(llama3.add_bos());
+    assert!(!build("llama-bpe", Some(false)).add_bos());
+    let gpt2 = build("gpt-2", None);
+    assert_eq!(gpt2.encode_text("abc").unwrap(), vec![2, 3]);
+    assert!(!gpt2.add_bos());
+    assert!(build("gpt-2", Some(true)).add_bos());
+}
+
+/// The same on Llama-3's real vocabulary, against llama.cpp's ids (b11739, `llama_tokenize` with
+/// add_special=false on models/archs/tiny-llama3.gguf through scripts/peer/lcpp.py): each of these
+/// words is one token there, and three when merged.
+#[test]
+fn llama3_vocabulary_words_are_whole_as_in_llama_cpp() {
+    let path = common::root().join("models/archs/tiny-llama3.gguf");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+    let t = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+    let llama_cpp: [(&str, &[u32]); 4] = [
+        (" việc", &[100769]),
+        (" jeho", &[101503]),
+        ("ektedir", &[101673]),
+        ("Hello việc jeho ektedir", &[9906, 100769, 101503, 384, 5964, 101081]),
+    ];
+    for (text, want) in llama_cpp {
+        assert_eq!(t.encode_text(text).unwrap(), want, "{text:?}");
+    }
+}

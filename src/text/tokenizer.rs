@@ -645,8 +645,12 @@ impl Tokenizer {
     }
 
     fn bpe(g: &Gguf) -> Result<Tokenizer> {
-        let pre = g.str("tokenizer.ggml.pre").map_err(|e| err(e.to_string()))?;
-        let pre = pre_tokenizer(pre)?;
+        let pre_name = g.str("tokenizer.ggml.pre").map_err(|e| err(e.to_string()))?;
+        // llama.cpp's defaults for Llama-3's pre-tokenizer: a pre-token that is itself in the
+        // vocabulary is that token, whatever the merges would make of it (" việc" is one token,
+        // not three); and BOS first unless the file says otherwise.
+        let llama3 = matches!(pre_name, "llama-bpe" | "llama3");
+        let pre = pre_tokenizer(pre_name)?;
         let (tokens, types) = read_vocab(g)?;
         let n = tokens.len();
         let merges = g.array("tokenizer.ggml.merges").map_err(|e| err(e.to_string()))?;
@@ -668,7 +672,7 @@ impl Tokenizer {
         let vocab: Vocab = tokens.iter().zip(0u32..).map(|(t, i)| (t.clone(), i)).collect();
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
-            .ignore_merges(false)
+            .ignore_merges(llama3)
             .build()
             .map_err(|e| err(format!("BPE from the GGUF vocabulary and merges: {e}")))?;
         let mut plain = tokenizers::Tokenizer::new(bpe);
@@ -718,7 +722,7 @@ impl Tokenizer {
             types,
             bos: optional_id(g, "tokenizer.ggml.bos_token_id", n)?,
             eos: optional_id(g, "tokenizer.ggml.eos_token_id", n)?,
-            add_bos: matches!(g.get("tokenizer.ggml.add_bos_token"), Some(Value::Bool(true))),
+            add_bos: optional_bool(g, "tokenizer.ggml.add_bos_token", llama3)?,
             add_eos: matches!(g.get("tokenizer.ggml.add_eos_token"), Some(Value::Bool(true))),
         })
     }
@@ -951,7 +955,7 @@ impl Tokenizer {
     }
 
     /// Whether the model wants BOS prepended to a prompt (`tokenizer.ggml.add_bos_token`; when
-    /// absent false for BPE, true for SentencePiece as in llama.cpp). `encode_text` and
+    /// absent, as in llama.cpp: true for SentencePiece and Llama-3's BPE, false for other BPE). `encode_text` and
     /// `encode_with_special` never add it themselves.
     pub fn add_bos(&self) -> bool {
         self.add_bos
