@@ -138,9 +138,15 @@ impl Config {
         };
         let embd = g.tensor("token_embd.weight")?;
         // RoPE scaling: linear is a factor on the positions; the others (YaRN, LongRoPE) are refused.
+        // A factor without a type is linear, as in llama.cpp (its default type), which also reads
+        // the older `rope.scale_linear`; a factor of 0 means none.
+        let factor = || {
+            let f = [key("rope.scaling.factor"), key("rope.scale_linear")].iter().find_map(|k| g.get(k).and_then(|v| v.as_f64()));
+            f.filter(|&f| f != 0.0).unwrap_or(1.0)
+        };
         let rope_linear = match g.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
-            None | Some("none") => 1.0,
-            Some("linear") => g.get(&key("rope.scaling.factor")).and_then(|v| v.as_f64()).unwrap_or(1.0),
+            Some("none") => 1.0,
+            None | Some("linear") => factor(),
             Some(other) => {
                 return Err(Error::Model(format!("RoPE scaling {other:?} is not supported (none, linear and llama3's rope_freqs are)")))
             }
@@ -248,5 +254,31 @@ impl Config {
     /// What the KV cache stores per position: layers, KV heads, head width.
     pub fn kv_shape(&self) -> KvShape {
         KvShape { layers: self.n_layer, kv_heads: self.n_kv_head, head_dim: self.head_dim }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::testmodel::tiny_gguf_with;
+
+    /// A RoPE factor without a type is linear scaling, as in llama.cpp (whose default type is
+    /// linear): applied, never dropped. `rope.scale_linear` is the older key for it.
+    #[test]
+    fn a_rope_factor_without_a_type_is_linear() {
+        let linear = |meta: &[(&str, Value)]| {
+            let file = tiny_gguf_with(1, |m, _| {
+                for (k, v) in meta {
+                    m.insert(format!("llama.{k}"), v.clone());
+                }
+            });
+            Config::from_gguf(&Gguf::parse(&file).unwrap()).unwrap().rope_linear
+        };
+        assert_eq!(linear(&[]), 1.0);
+        assert_eq!(linear(&[("rope.scaling.factor", Value::F32(2.0))]), 2.0);
+        assert_eq!(linear(&[("rope.scale_linear", Value::F32(4.0))]), 4.0);
+        assert_eq!(linear(&[("rope.scaling.type", Value::Str("linear".into())), ("rope.scaling.factor", Value::F32(8.0))]), 8.0);
+        assert_eq!(linear(&[("rope.scaling.type", Value::Str("none".into())), ("rope.scaling.factor", Value::F32(8.0))]), 1.0);
+        assert_eq!(linear(&[("rope.scaling.factor", Value::F32(0.0))]), 1.0);
     }
 }
