@@ -33,11 +33,12 @@ before(async () => {
   work = mkdtempSync(join(tmpdir(), 'hotprefix-app-'));
   cpSync(join(HERE, 'app'), work, { recursive: true });
   writeFileSync(join(work, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
-  // The package and the clients it serves, at the versions the root package.json pins (from npm's
-  // cache: the root install put them there).
+  // The package and the clients it serves, at the versions the root package.json pins: from npm's
+  // cache where the root install put them, else from the registry. (`--offline` failed on a fresh
+  // machine: npm ci had cached @ai-sdk/provider's tarball, but this install asks for its metadata.)
   const pinned = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).devDependencies;
   const clients = ['openai', 'ai', 'zod', '@ai-sdk/provider', '@types/json-schema', '@types/node'].map((p) => `${p}@${pinned[p]}`);
-  sh('npm', ['install', '--no-audit', '--no-fund', '--offline', '--loglevel=error', tgz, ...clients], { cwd: work });
+  sh('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error', tgz, ...clients], { cwd: work });
   sh('node', [join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', '--logLevel', 'warn'], { cwd: work });
   const bad = {
     // A GGUF cut in half, served whole: the download is complete, the file is not.
