@@ -38,9 +38,7 @@ fn gemma3_270m_agrees_with_llama_cpp() {
 fn the_header_check_agrees_with_the_cpu_load_on_every_architecture() {
     let files = data_set::data("archs", "files.json");
     for (stem, f) in files.as_object().expect("files") {
-        let path = common::root().join("models/archs").join(f["file"].as_str().expect("file"));
-        let file =
-            std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+        let file = common::arch_file(f["file"].as_str().expect("file"));
         let g = hotprefix::gguf::Gguf::parse(&file).unwrap();
         let header_len = g.tensors.iter().map(|t| t.offset).min().unwrap_or(0) as usize;
         let header = hotprefix::gguf::Gguf::parse_header(&file[..header_len], file.len() as u64).unwrap();
@@ -60,9 +58,7 @@ fn cached_prefix_equals_cold_on_every_architecture() {
         // `tokenizer_only` files (tiny-spm) exist for tests/tokenizer.rs alone.
         stem.starts_with("tiny-") && f.get("tokenizer_only") != Some(&serde_json::Value::Bool(true))
     }) {
-        let path = common::root().join("models/archs").join(f["file"].as_str().expect("file"));
-        let file =
-            std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+        let file = common::arch_file(f["file"].as_str().expect("file"));
         pollster::block_on(async {
             let opts = EngineOptions { context: Some(256), kv_budget_mb: Some(2.0), page_size: 4, chunk: 16, ..EngineOptions::default() };
             let mut warm = Engine::load(dual::gpu().await, &file, opts.clone()).await.unwrap_or_else(|e| panic!("{stem}: {e}"));

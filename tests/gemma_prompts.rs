@@ -14,8 +14,7 @@ mod common;
 
 #[test]
 fn gemma3_prompts_and_builtin_template_give_llama_cpp_ids() {
-    let path = common::root().join("models/archs/gemma3-270m-Q4_K_M.gguf");
-    let file = std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+    let file = common::arch_file("gemma3-270m-Q4_K_M.gguf");
     let g = Gguf::parse(&file).unwrap();
     let tokenizer = Tokenizer::from_gguf(&g).unwrap();
     let template = ChatTemplate::for_gguf(&g).unwrap().expect("a built-in template for gemma3");

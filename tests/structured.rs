@@ -237,8 +237,7 @@ fn tool_calls_through_the_convention_and_through_a_template_that_renders_tools()
     let mut e = load(&common::model_bytes(), 2048);
     tool_calls_in_every_choice(&mut e, "SmolLM2");
     // Qwen3's template renders the tools, the calls and the results itself.
-    let path = common::root().join("models/archs/tiny-qwen3.gguf");
-    let file = std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+    let file = common::arch_file("tiny-qwen3.gguf");
     let mut q = load(&file, 2048);
     tool_calls_in_every_choice(&mut q, "tiny-qwen3");
     // That template writes the tools as its own text: control-token text in a tool is refused.

@@ -222,8 +222,7 @@ fn unsupported_tokenizers_are_errors() {
 /// prompts rendered by the file's own template to llama.cpp's text and ids
 /// (tests/data/archs/<family>-tokenizer-vectors.json, by scripts/make-tokenizer-vectors.py).
 fn family_matches_llama_cpp(family: &str, file: &str) {
-    let path = common::root().join("models/archs").join(file);
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+    let bytes = common::arch_file(file);
     let g = Gguf::parse(&bytes).unwrap();
     let (t, template) = (Tokenizer::from_gguf(&g).unwrap(), ChatTemplate::from_gguf(&g).unwrap());
     let data_path = common::root().join(format!("tests/data/archs/{family}-tokenizer-vectors.json"));
@@ -464,8 +463,7 @@ fn llama3_bpe_takes_vocabulary_words_whole_and_adds_bos() {
 /// words is one token there, and three when merged.
 #[test]
 fn llama3_vocabulary_words_are_whole_as_in_llama_cpp() {
-    let path = common::root().join("models/archs/tiny-llama3.gguf");
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()));
+    let bytes = common::arch_file("tiny-llama3.gguf");
     let t = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
     let llama_cpp: [(&str, &[u32]); 4] = [
         (" việc", &[100769]),

@@ -37,3 +37,10 @@ pub fn reference(name: &str) -> serde_json::Value {
         Err(e) => panic!("corrupt test data: {} is not JSON ({e})", path.display()),
     }
 }
+
+/// A model file of `models/archs/` (made by scripts/make-archs.sh: the tiny models of each
+/// architecture, Gemma-3-270m linked in).
+pub fn arch_file(name: &str) -> Vec<u8> {
+    let path = root().join("models/archs").join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {} ({e}); run scripts/make-archs.sh", path.display()))
+}
