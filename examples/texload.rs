@@ -370,45 +370,37 @@ async fn run() {
         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
-    let size = wgpu::Extent3d { width: tex_w as u32, height: tex_h as u32, depth_or_array_layers: 1 };
-    let tex = device.create_texture(&wgpu::TextureDescriptor {
-        label: None,
-        size,
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba32Uint,
-        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-        view_formats: &[],
-    });
-    queue.write_texture(
-        wgpu::TexelCopyTextureInfo { texture: &tex, mip_level: 0, origin: wgpu::Origin3d::ZERO, aspect: wgpu::TextureAspect::All },
-        bytemuck::cast_slice(&tex_words),
-        wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(tex_w as u32 * 16), rows_per_image: Some(tex_h as u32) },
-        size,
-    );
-    let h32 = buf_words.len().div_ceil(8192);
-    let mut w32 = buf_words.clone();
-    w32.resize(h32 * 8192, 0);
-    let size32 = wgpu::Extent3d { width: 8192, height: h32 as u32, depth_or_array_layers: 1 };
-    let tex32 = device.create_texture(&wgpu::TextureDescriptor {
-        label: None,
-        size: size32,
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::R32Uint,
-        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-        view_formats: &[],
-    });
-    queue.write_texture(
-        wgpu::TexelCopyTextureInfo { texture: &tex32, mip_level: 0, origin: wgpu::Origin3d::ZERO, aspect: wgpu::TextureAspect::All },
-        bytemuck::cast_slice(&w32),
-        wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(8192 * 4), rows_per_image: Some(h32 as u32) },
-        size32,
-    );
-    let view32 = tex32.create_view(&wgpu::TextureViewDescriptor::default());
-    let view = tex.create_view(&wgpu::TextureViewDescriptor::default());
+    // A texture of `words`, `per_texel` words a texel and `width` texels a row (the last row padded
+    // with zeros).
+    let texture = |format: wgpu::TextureFormat, words: &[u32], per_texel: usize, width: usize| {
+        let height = (words.len() / per_texel).div_ceil(width);
+        let mut data = words.to_vec();
+        data.resize(width * height * per_texel, 0);
+        let size = wgpu::Extent3d { width: width as u32, height: height as u32, depth_or_array_layers: 1 };
+        let tex = device.create_texture(&wgpu::TextureDescriptor {
+            label: None,
+            size,
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format,
+            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+            view_formats: &[],
+        });
+        queue.write_texture(
+            wgpu::TexelCopyTextureInfo { texture: &tex, mip_level: 0, origin: wgpu::Origin3d::ZERO, aspect: wgpu::TextureAspect::All },
+            bytemuck::cast_slice(&data),
+            wgpu::TexelCopyBufferLayout {
+                offset: 0,
+                bytes_per_row: Some((width * per_texel * 4) as u32),
+                rows_per_image: Some(height as u32),
+            },
+            size,
+        );
+        tex.create_view(&wgpu::TextureViewDescriptor::default())
+    };
+    let view = texture(wgpu::TextureFormat::Rgba32Uint, &tex_words, 4, tex_w);
+    let view32 = texture(wgpu::TextureFormat::R32Uint, &buf_words, 1, 8192);
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(SRC.into()) });
     let mut results = Vec::new();
     const VARIANTS: [&str; 7] = ["buf", "tex", "uni", "buflanes", "texlanes", "v4lanes", "r32lanes"];
