@@ -33,6 +33,43 @@ fn mxfp4_down() -> Vec<u8> {
     })
 }
 
+/// The tiny model with one more F32 tensor `name` of `n` values.
+fn extra_tensor(name: &'static str, n: u64) -> Vec<u8> {
+    tiny_with(move |_, t| t.push((name.to_string(), vec![n], 0, vec![0; n as usize * 4])))
+}
+
+/// A tensor the loader would not read is refused by name before anything loads, never ignored:
+/// a llama file's `attn_output.bias` (llama.cpp adds it; hotprefix has no such bias), a block past
+/// `block_count`, a tensor no architecture has, and split Q/K/V beside a fused `attn_qkv` (the
+/// loader reads the fused one). The tiny model itself, and Qwen2-style Q/K/V biases, still load.
+#[test]
+fn a_tensor_the_loader_does_not_read_is_refused_by_name() {
+    for name in [
+        "blk.0.attn_output.bias",
+        "blk.0.ffn_down.bias",
+        "blk.2.attn_norm.weight",
+        "blk.01.attn_norm.weight",
+        "dense_2.weight",
+        "output.bias",
+    ] {
+        let Err(err) = check_model_cpu(&extra_tensor(name, 96)) else { panic!("{name} was accepted") };
+        assert!(matches!(err, hotprefix::Error::Model(_)), "{err:?}");
+        assert!(err.to_string().contains(&format!("tensor {name} is not one hotprefix reads for a llama model of 2 layers")), "{err}");
+    }
+    let fused_and_split = tiny_with(|_, t| {
+        let q = t.iter().find(|(n, ..)| n == "blk.0.attn_q.weight").cloned().expect("attn_q");
+        t.push((
+            "blk.0.attn_qkv.weight".into(),
+            vec![q.1[0], 160],
+            q.2,
+            [&q.3[..], &q.3[..], &q.3[..]].concat()[..q.3.len() / 96 * 160].to_vec(),
+        ));
+    });
+    let Err(err) = check_model_cpu(&fused_and_split) else { panic!("a fused and a split Q|K|V were accepted") };
+    assert!(err.to_string().contains("tensor blk.0.attn_q.weight is not one hotprefix reads"), "{err}");
+    check_model_cpu(&extra_tensor("blk.1.attn_v.bias", 32)).expect("a Q/K/V bias is read by every architecture");
+}
+
 /// The reader knows every type llama.cpp defines, so a file with one hotprefix does not run is a
 /// good file with an unsupported format, named with its tensor, not a bad file.
 #[test]
@@ -59,12 +96,14 @@ fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
             )),
         ),
         ("3 layers declared", tiny_with(set("llama.block_count", Value::U32(3)))),
-        ("1 layer declared", tiny_with(set("llama.block_count", Value::U32(1)))),
+        ("1 layer declared (blk.1's tensors are then unread)", tiny_with(set("llama.block_count", Value::U32(1)))),
         ("ffn 128", tiny_with(set("llama.feed_forward_length", Value::U32(128)))),
         ("4 KV heads", tiny_with(set("llama.attention.head_count_kv", Value::U32(4)))),
         ("width 2^32 + 96", tiny_with(set("llama.embedding_length", Value::U64((1 << 32) | 96)))),
         ("bos 2^32 + 257", tiny_with(set("tokenizer.ggml.bos_token_id", Value::U64((1 << 32) | 257)))),
         ("a tensor missing", tiny_with(|_, t| t.retain(|(n, ..)| n != "blk.1.ffn_up.weight"))),
+        ("a bias the loader does not read", extra_tensor("blk.0.attn_output.bias", 96)),
+        ("a block past block_count", extra_tensor("blk.2.attn_norm.weight", 96)),
         (
             "a norm of the wrong shape",
             tiny_with(|_, t| t.iter_mut().filter(|(n, ..)| n == "blk.0.ffn_norm.weight").for_each(|(_, d, ..)| *d = vec![32, 3])),
@@ -105,7 +144,7 @@ fn the_cpu_check_accepts_and_refuses_what_the_load_does() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert_eq!(refused, cases.len() - 4, "all but the tiny model, the looping template, 1 layer and the F32 embedding are refused");
+    assert_eq!(refused, cases.len() - 3, "all but the tiny model, the looping template and the F32 embedding are refused");
 }
 
 #[test]

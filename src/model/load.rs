@@ -231,6 +231,13 @@ pub(crate) async fn load_weights<S: Sink>(
     if g.tensors.len() < cfg.n_layer {
         return Err(Error::Model(format!("{} layers declared, only {} tensors in the file", cfg.n_layer, g.tensors.len())));
     }
+    if let Some(t) = g.tensors.iter().find(|t| !read_by_load(g, &t.name, cfg.n_layer)) {
+        let arch = g.get("general.architecture").and_then(|v| v.as_str()).unwrap_or("?");
+        return Err(Error::Model(format!(
+            "tensor {} is not one hotprefix reads for a {arch} model of {} layers: refused rather than ignored (llama.cpp would apply it or refuse the file)",
+            t.name, cfg.n_layer
+        )));
+    }
     // Bytes of tensor data per layer, for progress; the rest (embedding, head) goes first.
     let mut layer_bytes = vec![0u64; cfg.n_layer];
     let mut total = 0u64;
@@ -351,6 +358,50 @@ pub(crate) async fn load_weights<S: Sink>(
         progress(done, total);
     }
     Ok(Weights { rope_factors, embed, output, output_norm, layers })
+}
+
+/// Whether `load_weights` reads the tensor `name` of a file of `n_layer` blocks: what it reads
+/// below, including a block's split Q, K and V (and their biases) only where the block has no
+/// fused `attn_qkv`. Any other tensor is refused before anything loads, as llama.cpp refuses a
+/// file with tensors its loader did not take: ignoring one (a llama file's `attn_output.bias`, a
+/// block past `block_count`) would silently run a different model.
+fn read_by_load(g: &Gguf, name: &str, n_layer: usize) -> bool {
+    const TOP: [&str; 6] = [
+        "token_embd.weight",
+        "output.weight",
+        "output_norm.weight",
+        "rope_freqs.weight",
+        "rope_factors_long.weight",
+        "rope_factors_short.weight",
+    ];
+    const BLOCK: [&str; 12] = [
+        "attn_norm.weight",
+        "attn_qkv.weight",
+        "attn_q_norm.weight",
+        "attn_k_norm.weight",
+        "post_attention_norm.weight",
+        "post_ffw_norm.weight",
+        "attn_output.weight",
+        "ffn_norm.weight",
+        "ffn_gate.weight",
+        "ffn_up.weight",
+        "ffn_down.weight",
+        "attn_qkv.bias",
+    ];
+    const SPLIT_QKV: [&str; 6] = ["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias"];
+    if TOP.contains(&name) {
+        return true;
+    }
+    let Some((i, rest)) = name.strip_prefix("blk.").and_then(|r| r.split_once('.')) else { return false };
+    // The block's index as the loader writes it (`blk.{i}.`): no sign, no leading zeros.
+    let Some(i) = i.parse::<usize>().ok().filter(|n| n.to_string() == i && *n < n_layer) else { return false };
+    let fused = g.tensor(&format!("blk.{i}.attn_qkv.weight")).is_ok();
+    match rest {
+        "attn_qkv.bias" => fused,
+        r if BLOCK.contains(&r) => true,
+        r if SPLIT_QKV.contains(&r) => !fused,
+        _ => false,
+    }
 }
 
 /// Several same-width GGUF matrices as one (their rows concatenated: one part a run of
