@@ -458,6 +458,25 @@ impl Specials {
         finder.find_overlapping_iter(text).map(|m| &self.tokens[m.pattern().as_usize()]).find(|s| s.only_when_special).map(|s| &*s.text)
     }
 
+    /// Byte ranges of the control-token texts in `text`, left to right and not overlapping (the
+    /// longest where several start together).
+    fn control_spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        let Some(finder) = &self.finder else { return Vec::new() };
+        let mut found: Vec<std::ops::Range<usize>> = finder
+            .find_overlapping_iter(text)
+            .filter(|m| self.tokens[m.pattern().as_usize()].only_when_special)
+            .map(|m| m.start()..m.end())
+            .collect();
+        found.sort_by_key(|r| (r.start, std::cmp::Reverse(r.end)));
+        let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
+        for r in found {
+            if spans.last().is_none_or(|last| r.start >= last.end) {
+                spans.push(r);
+            }
+        }
+        spans
+    }
+
     /// Every occurrence of `special` in `text`, left to right, as llama.cpp's loop finds them
     /// (after an rstrip, the search goes on past the stripped spaces).
     fn split_on<'a>(mut text: &'a str, special: &Special, out: &mut Vec<Fragment<'a>>) {
@@ -905,6 +924,11 @@ impl Tokenizer {
     /// that would become a control token if a template wrote it (`encode_with_special`).
     pub fn find_control_text(&self, text: &str) -> Option<&str> {
         self.specials.control_text(text)
+    }
+
+    /// Byte ranges of every control-token text in `text` (non-overlapping, left to right).
+    pub(crate) fn control_spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        self.specials.control_spans(text)
     }
 
     /// Decodes ids to text: the concatenated [`Tokenizer::token_bytes`] (control tokens as their
