@@ -219,12 +219,20 @@ fn matmul_into(
     }
     for part in &w.parts {
         let consts = format_consts(part.format);
-        let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
         let params = [u(t), u(w.k), u(part.n), u(part.format.gpu_row_words(w.k)), 0, 0, u(w.n), u(part.row0)];
-        let groups = [u(part.n.div_ceil(4)).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
+        let invocations = part.n.div_ceil(4);
         if lanes_tiled(b.gpu(), kind, part.format) {
-            b.dispatch(&MATMUL_LANES, &consts, &params, &[x, &part.buf, y], groups)?;
+            // Rows past N repeat the last row at full cost (no early return: the broadcasts need
+            // every lane), so the workgroups are as narrow as whole subgroups allow: N = 576 takes
+            // 3 × 48 invocations, not 3 × 64 (a quarter of them idle).
+            let unit = b.gpu().caps.subgroup_size.unwrap_or(8).max(8) as usize;
+            let gx = invocations.div_ceil(MM_WG as usize);
+            let wg = invocations.div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
+            let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", wg as f64), ("ACC", acc as u32 as f64)];
+            b.dispatch(&MATMUL_LANES, &consts, &params, &[x, &part.buf, y], [u(gx), u(t.div_ceil(4)), 1])?;
         } else {
+            let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
+            let groups = [u(invocations).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
             // The CPU-adapter variants decode a block format's rows a 32-value chunk at a time
             // (each header read once: 1.4–1.7× the quad-at-a-time decode on lavapipe,
             // docs/BENCHMARKS.md); `Coop`, the GPUs' variant, keeps the quad-at-a-time loop (no
@@ -310,8 +318,14 @@ fn matvec_rows(
                 // (fewer x loads per weight); real GPUs want many workgroups in flight.
                 let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
                 let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
-                let groups = [u(invocations(r)).div_ceil(MM_WG), u(t), 1];
-                let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", MM_WG as f64), ("R", r as f64)];
+                // Workgroups as narrow as whole subgroups allow (an invocation past N does a
+                // whole row's work for `matvec_lanes`' broadcasts): N = 576 at R = 4 takes
+                // 3 × 56 invocations, not 3 × 64.
+                let unit = b.gpu().caps.subgroup_size.unwrap_or(8).max(8) as usize;
+                let gx = invocations(r).div_ceil(MM_WG as usize);
+                let wg = invocations(r).div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
+                let groups = [u(gx), u(t), 1];
+                let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", wg as f64), ("R", r as f64)];
                 let kernel = if lanes_matvec(b.gpu(), kind, part.format) { &MATVEC_LANES } else { &MATVEC };
                 b.dispatch(kernel, &consts, &params, &[x, &part.buf, y, aux], groups)?;
             }
