@@ -7,10 +7,11 @@
 //!   selecting its row's word (a test of whether lavapipe takes them as uniform loads).
 //! - `buflanes`, `texlanes`: `buf` and `tex` with x shared by subgroup broadcast, as the engine's
 //!   `matvec_lanes` shares it; `v4lanes`: `texlanes`' texels in a storage buffer of vec4<u32>;
-//!   `r32lanes`: `buflanes` reading each word through an r32uint texture.
+//!   `r32lanes`: `buflanes` reading each word through an r32uint texture; `u64lanes`: `buflanes`
+//!   loading two words a lane a load as one u64 (SHADER_INT64, so native adapters only).
 //!
 //! Prints ms a dispatch for each (two rounds) and checks every variant gives `buf`'s y. Figures
-//! and conclusions: docs/BENCHMARKS.md, "Tried on 2026-12-02".
+//! and conclusions: docs/BENCHMARKS.md, "Tried on 2026-12-02" and "Tried on 2026-12-03".
 
 use std::time::Instant;
 use wgpu::util::DeviceExt;
@@ -281,6 +282,41 @@ fn r32lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_inv
     }
     if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
 }
+// buflanes with two words a lane a load: u64 loads (SHADER_INT64, native only), pairs of a row's
+// words interleaved by 32 as buf interleaves words: pair q of row r at (r/G)·(W/2)·G + q·G + r%G.
+@group(0) @binding(8) var<storage, read> w64: array<u64>;
+
+@compute @workgroup_size(64)
+fn u64lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
+    let n0 = (gid.x / G) * 4u * G + gid.x % G;
+    let pr = p.k / 8u;
+    let b0 = (n0 / G) * pr * G + n0 % G;
+    let b1 = b0 + pr * G;
+    let b2 = b1 + pr * G;
+    let b3 = b2 + pr * G;
+    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let nb = p.k / 32u;
+    for (var c = 0u; c < nb; c++) {
+        var xv = xq(c, sl);
+        var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+        for (var i = 0u; i < 4u; i++) {
+            let j = c * 4u + i;
+            let q0 = w64[b0 + j * G];
+            let q1 = w64[b1 + j * G];
+            let q2 = w64[b2 + j * G];
+            let q3 = w64[b3 + j * G];
+            s0 += xv[2u * i] * i8x4(u32(q0)) + xv[2u * i + 1u] * i8x4(u32(q0 >> 32u));
+            s1 += xv[2u * i] * i8x4(u32(q1)) + xv[2u * i + 1u] * i8x4(u32(q1 >> 32u));
+            s2 += xv[2u * i] * i8x4(u32(q2)) + xv[2u * i + 1u] * i8x4(u32(q2 >> 32u));
+            s3 += xv[2u * i] * i8x4(u32(q3)) + xv[2u * i + 1u] * i8x4(u32(q3 >> 32u));
+        }
+        a0 += d[(n0) * nb + c] * dot(s0, vec4<f32>(1.0));
+        a1 += d[(n0 + G) * nb + c] * dot(s1, vec4<f32>(1.0));
+        a2 += d[(n0 + 2u * G) * nb + c] * dot(s2, vec4<f32>(1.0));
+        a3 += d[(n0 + 3u * G) * nb + c] * dot(s3, vec4<f32>(1.0));
+    }
+    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+}
 "#;
 
 fn main() {
@@ -307,7 +343,7 @@ async fn run() {
     let (device, queue) = adapter
         .request_device(&wgpu::DeviceDescriptor {
             label: None,
-            required_features: wgpu::Features::SUBGROUP,
+            required_features: wgpu::Features::SUBGROUP | wgpu::Features::SHADER_INT64,
             required_limits: adapter.limits(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -343,6 +379,14 @@ async fn run() {
             tex_words[idx * 4..idx * 4 + 4].copy_from_slice(&rows[r * wr + 4 * t..r * wr + 4 * t + 4]);
         }
     }
+    let pr = wr / 2;
+    let mut pair_words = vec![0u32; rows.len()];
+    for r in 0..n as usize {
+        for q in 0..pr {
+            let idx = (r / g) * pr * g + q * g + r % g;
+            pair_words[idx * 2..idx * 2 + 2].copy_from_slice(&rows[r * wr + 2 * q..r * wr + 2 * q + 2]);
+        }
+    }
     let nb = (k / 32) as usize;
     let d: Vec<f32> = (0..n as usize * nb).map(|i| 1.0 / (1.0 + (i % 7) as f32)).collect();
     let x: Vec<f32> = (0..k as usize).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
@@ -357,6 +401,7 @@ async fn run() {
     let xb = storage(bytemuck::cast_slice(&x), "x");
     let wb = storage(bytemuck::cast_slice(&buf_words), "w");
     let w4b = storage(bytemuck::cast_slice(&tex_words), "w4");
+    let w64b = storage(bytemuck::cast_slice(&pair_words), "w64");
     let db = storage(bytemuck::cast_slice(&d), "d");
     let yb = device.create_buffer(&wgpu::BufferDescriptor {
         label: None,
@@ -403,7 +448,7 @@ async fn run() {
     let view32 = texture(wgpu::TextureFormat::R32Uint, &buf_words, 1, 8192);
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(SRC.into()) });
     let mut results = Vec::new();
-    const VARIANTS: [&str; 7] = ["buf", "tex", "uni", "buflanes", "texlanes", "v4lanes", "r32lanes"];
+    const VARIANTS: [&str; 8] = ["buf", "tex", "uni", "buflanes", "texlanes", "v4lanes", "r32lanes", "u64lanes"];
     for entry in VARIANTS.iter().chain(VARIANTS.iter()).copied() {
         let pipe = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: None,
@@ -421,6 +466,8 @@ async fn run() {
         ];
         if entry == "r32lanes" {
             entries.push(wgpu::BindGroupEntry { binding: 7, resource: wgpu::BindingResource::TextureView(&view32) });
+        } else if entry == "u64lanes" {
+            entries.push(wgpu::BindGroupEntry { binding: 8, resource: w64b.as_entire_binding() });
         } else if entry == "v4lanes" {
             entries.push(wgpu::BindGroupEntry { binding: 6, resource: w4b.as_entire_binding() });
         } else if !entry.starts_with("tex") {
