@@ -8,7 +8,10 @@
 //! - `buflanes`, `texlanes`: `buf` and `tex` with x shared by subgroup broadcast, as the engine's
 //!   `matvec_lanes` shares it; `v4lanes`: `texlanes`' texels in a storage buffer of vec4<u32>;
 //!   `r32lanes`: `buflanes` reading each word through an r32uint texture; `u64lanes`: `buflanes`
-//!   loading two words a lane a load as one u64 (SHADER_INT64, so native adapters only).
+//!   loading two words a lane a load as one u64 (SHADER_INT64, so native adapters only);
+//!   `dotlanes`: `buflanes` on x quantized to i8 beforehand (Q8_0-style, a scale a 32-value
+//!   block), each weight word multiplied by `dot4I8Packed` (its y differs from `buf`'s by that
+//!   quantization: printed beside the largest |y|).
 //!
 //! Prints ms a dispatch for each (two rounds) and checks every variant gives `buf`'s y. Figures
 //! and conclusions: docs/BENCHMARKS.md, "Tried on 2026-12-02" and "Tried on 2026-12-03".
@@ -317,6 +320,46 @@ fn u64lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_inv
     }
     if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
 }
+// buflanes on 8-bit activations: x quantized to i8 a 32-value block with one f32 scale (as
+// llama.cpp's CPU backend quantizes x to Q8_0 for its integer dot products), each weight word
+// multiplied by dot4I8Packed.
+@group(0) @binding(9) var<storage, read> xi: array<u32>;
+@group(0) @binding(10) var<storage, read> xd: array<f32>;
+
+fn xw(c: u32, l: u32) -> array<u32, 8> {
+    let own = xi[c * 8u + l % 8u];
+    return array<u32, 8>(subgroupBroadcast(own, 0u), subgroupBroadcast(own, 1u), subgroupBroadcast(own, 2u), subgroupBroadcast(own, 3u),
+        subgroupBroadcast(own, 4u), subgroupBroadcast(own, 5u), subgroupBroadcast(own, 6u), subgroupBroadcast(own, 7u));
+}
+
+@compute @workgroup_size(64)
+fn dotlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
+    let n0 = (gid.x / G) * 4u * G + gid.x % G;
+    let wr = p.k / 4u;
+    let b0 = (n0 / G) * wr * G + n0 % G;
+    let b1 = b0 + wr * G;
+    let b2 = b1 + wr * G;
+    let b3 = b2 + wr * G;
+    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let nb = p.k / 32u;
+    for (var c = 0u; c < nb; c++) {
+        var xv = xw(c, sl);
+        var s0 = 0; var s1 = 0; var s2 = 0; var s3 = 0;
+        for (var i = 0u; i < 8u; i++) {
+            let j = c * 8u + i;
+            s0 += dot4I8Packed(w[b0 + j * G], xv[i]);
+            s1 += dot4I8Packed(w[b1 + j * G], xv[i]);
+            s2 += dot4I8Packed(w[b2 + j * G], xv[i]);
+            s3 += dot4I8Packed(w[b3 + j * G], xv[i]);
+        }
+        let dx = xd[c];
+        a0 += d[(n0) * nb + c] * dx * f32(s0);
+        a1 += d[(n0 + G) * nb + c] * dx * f32(s1);
+        a2 += d[(n0 + 2u * G) * nb + c] * dx * f32(s2);
+        a3 += d[(n0 + 3u * G) * nb + c] * dx * f32(s3);
+    }
+    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+}
 "#;
 
 fn main() {
@@ -390,6 +433,16 @@ async fn run() {
     let nb = (k / 32) as usize;
     let d: Vec<f32> = (0..n as usize * nb).map(|i| 1.0 / (1.0 + (i % 7) as f32)).collect();
     let x: Vec<f32> = (0..k as usize).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+    // x as Q8_0: a scale a 32-value block, values rounded to i8, four to a word (byte i = value i).
+    let xd: Vec<f32> = x.chunks(32).map(|b| b.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0).collect();
+    let xi: Vec<u32> = x
+        .chunks(4)
+        .enumerate()
+        .map(|(w, q)| {
+            let s = xd[w / 8];
+            q.iter().enumerate().fold(0u32, |acc, (b, v)| acc | ((((v / s).round() as i32) as u8 as u32) << (8 * b)))
+        })
+        .collect();
     let storage = |c: &[u8], label| {
         device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents: c, usage: wgpu::BufferUsages::STORAGE })
     };
@@ -403,6 +456,8 @@ async fn run() {
     let w4b = storage(bytemuck::cast_slice(&tex_words), "w4");
     let w64b = storage(bytemuck::cast_slice(&pair_words), "w64");
     let db = storage(bytemuck::cast_slice(&d), "d");
+    let xib = storage(bytemuck::cast_slice(&xi), "xi");
+    let xdb = storage(bytemuck::cast_slice(&xd), "xd");
     let yb = device.create_buffer(&wgpu::BufferDescriptor {
         label: None,
         size: n as u64 * 4,
@@ -448,7 +503,7 @@ async fn run() {
     let view32 = texture(wgpu::TextureFormat::R32Uint, &buf_words, 1, 8192);
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(SRC.into()) });
     let mut results = Vec::new();
-    const VARIANTS: [&str; 8] = ["buf", "tex", "uni", "buflanes", "texlanes", "v4lanes", "r32lanes", "u64lanes"];
+    const VARIANTS: [&str; 9] = ["buf", "tex", "uni", "buflanes", "texlanes", "v4lanes", "r32lanes", "u64lanes", "dotlanes"];
     for entry in VARIANTS.iter().chain(VARIANTS.iter()).copied() {
         let pipe = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: None,
@@ -468,6 +523,11 @@ async fn run() {
             entries.push(wgpu::BindGroupEntry { binding: 7, resource: wgpu::BindingResource::TextureView(&view32) });
         } else if entry == "u64lanes" {
             entries.push(wgpu::BindGroupEntry { binding: 8, resource: w64b.as_entire_binding() });
+        } else if entry == "dotlanes" {
+            entries.push(wgpu::BindGroupEntry { binding: 3, resource: wb.as_entire_binding() });
+            entries.push(wgpu::BindGroupEntry { binding: 9, resource: xib.as_entire_binding() });
+            entries.push(wgpu::BindGroupEntry { binding: 10, resource: xdb.as_entire_binding() });
+            entries.retain(|e| e.binding != 1); // x is read as xi and xd
         } else if entry == "v4lanes" {
             entries.push(wgpu::BindGroupEntry { binding: 6, resource: w4b.as_entire_binding() });
         } else if !entry.starts_with("tex") {
@@ -505,6 +565,7 @@ async fn run() {
     }
     for (i, name) in VARIANTS.iter().enumerate().skip(1) {
         let diff = results[0].iter().zip(&results[i]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        println!("max |y_buf - y_{name}| = {diff}");
+        let scale = results[0].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        println!("max |y_buf - y_{name}| = {diff} (of max |y| {scale})");
     }
 }
