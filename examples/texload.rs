@@ -11,7 +11,9 @@
 //!   loading two words a lane a load as one u64 (SHADER_INT64, so native adapters only);
 //!   `dotlanes`: `buflanes` on x quantized to i8 beforehand (Q8_0-style, a scale a 32-value
 //!   block), each weight word multiplied by `dot4I8Packed` (its y differs from `buf`'s by that
-//!   quantization: printed beside the largest |y|).
+//!   quantization: printed beside the largest |y|); `dotarr4`, `dotarr8`: `dotlanes` shaped as
+//!   the engine's `matvec_lanes` (4 or 8 rows an invocation, row bases and sums in arrays walked
+//!   by loops); `dotf16`: `dotlanes` with the scales as f16 pairs (as the engine's row headers).
 //!
 //! Prints ms a dispatch for each (two rounds) and checks every variant gives `buf`'s y. Figures
 //! and conclusions: docs/BENCHMARKS.md, "Tried on 2026-12-02" and "Tried on 2026-12-03".
@@ -360,6 +362,75 @@ fn dotlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_inv
     }
     if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
 }
+// dotlanes as the engine's matvec_lanes is shaped (bisecting why the engine kernel lost dotlanes'
+// gain): RR rows an invocation through arrays and loops (row bases and sums in arrays).
+override RR: u32 = 4u;
+
+@compute @workgroup_size(64)
+fn dotarr(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
+    let n0 = (gid.x / G) * RR * G + gid.x % G;
+    let wr = p.k / 4u;
+    let nb = p.k / 32u;
+    var rb: array<u32, 8>;
+    var acc: array<f32, 8>;
+    for (var j = 0u; j < RR; j++) {
+        let r = min(n0 + j * G, p.n - 1u);
+        rb[j] = (r / G) * wr * G + r % G;
+        acc[j] = 0.0;
+    }
+    for (var c = 0u; c < nb; c++) {
+        var xv = xw(c, sl);
+        for (var j = 0u; j < RR; j++) {
+            var s = 0;
+            for (var i = 0u; i < 8u; i++) {
+                s += dot4I8Packed(w[rb[j] + (c * 8u + i) * G], xv[i]);
+            }
+            acc[j] += d[min(n0 + j * G, p.n - 1u) * nb + c] * xd[c] * f32(s);
+        }
+    }
+    for (var j = 0u; j < RR; j++) {
+        if n0 + j * G < p.n { y[n0 + j * G] = acc[j]; }
+    }
+}
+
+// dotlanes with each block's scale an f16, two to a word (the engine keeps them so, in the row
+// header): unpack2x16float and a select a row a block instead of an f32 load.
+@group(0) @binding(11) var<storage, read> dh: array<u32>;
+
+fn dh_at(r: u32, c: u32, nb: u32) -> f32 {
+    let i = r * nb + c;
+    let h = unpack2x16float(dh[i / 2u]);
+    return select(h.x, h.y, (i & 1u) == 1u);
+}
+
+@compute @workgroup_size(64)
+fn dotf16(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
+    let n0 = (gid.x / G) * 4u * G + gid.x % G;
+    let wr = p.k / 4u;
+    let b0 = (n0 / G) * wr * G + n0 % G;
+    let b1 = b0 + wr * G;
+    let b2 = b1 + wr * G;
+    let b3 = b2 + wr * G;
+    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let nb = p.k / 32u;
+    for (var c = 0u; c < nb; c++) {
+        var xv = xw(c, sl);
+        var s0 = 0; var s1 = 0; var s2 = 0; var s3 = 0;
+        for (var i = 0u; i < 8u; i++) {
+            let j = c * 8u + i;
+            s0 += dot4I8Packed(w[b0 + j * G], xv[i]);
+            s1 += dot4I8Packed(w[b1 + j * G], xv[i]);
+            s2 += dot4I8Packed(w[b2 + j * G], xv[i]);
+            s3 += dot4I8Packed(w[b3 + j * G], xv[i]);
+        }
+        let dx = xd[c];
+        a0 += dh_at(n0, c, nb) * dx * f32(s0);
+        a1 += dh_at(n0 + G, c, nb) * dx * f32(s1);
+        a2 += dh_at(n0 + 2u * G, c, nb) * dx * f32(s2);
+        a3 += dh_at(n0 + 3u * G, c, nb) * dx * f32(s3);
+    }
+    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+}
 "#;
 
 fn main() {
@@ -457,6 +528,13 @@ async fn run() {
     let w64b = storage(bytemuck::cast_slice(&pair_words), "w64");
     let db = storage(bytemuck::cast_slice(&d), "d");
     let xib = storage(bytemuck::cast_slice(&xi), "xi");
+    // The scales as f16, two to a word (d's values are exact in f16 only approximately: dotf16's y
+    // differs from dotlanes' by that rounding too).
+    let dh_words: Vec<u32> = d
+        .chunks(2)
+        .map(|p| half::f16::from_f32(p[0]).to_bits() as u32 | (half::f16::from_f32(*p.get(1).unwrap_or(&0.0)).to_bits() as u32) << 16)
+        .collect();
+    let dhb = storage(bytemuck::cast_slice(&dh_words), "dh");
     let xdb = storage(bytemuck::cast_slice(&xd), "xd");
     let yb = device.create_buffer(&wgpu::BufferDescriptor {
         label: None,
@@ -503,14 +581,18 @@ async fn run() {
     let view32 = texture(wgpu::TextureFormat::R32Uint, &buf_words, 1, 8192);
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(SRC.into()) });
     let mut results = Vec::new();
-    const VARIANTS: [&str; 9] = ["buf", "tex", "uni", "buflanes", "texlanes", "v4lanes", "r32lanes", "u64lanes", "dotlanes"];
+    const VARIANTS: [&str; 12] =
+        ["buf", "tex", "uni", "buflanes", "texlanes", "v4lanes", "r32lanes", "u64lanes", "dotlanes", "dotarr4", "dotarr8", "dotf16"];
     for entry in VARIANTS.iter().chain(VARIANTS.iter()).copied() {
+        // dotarr4 / dotarr8: entry dotarr with RR rows an invocation.
+        let rows: u32 = if entry == "dotarr8" { 8 } else { 4 };
+        let rows_constant: Vec<(&str, f64)> = if entry.starts_with("dotarr") { vec![("RR", rows as f64)] } else { vec![] };
         let pipe = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: None,
             layout: None,
             module: &module,
-            entry_point: Some(entry),
-            compilation_options: Default::default(),
+            entry_point: Some(entry.trim_end_matches(['4', '8'])),
+            compilation_options: wgpu::PipelineCompilationOptions { constants: &rows_constant, ..Default::default() },
             cache: None,
         });
         let mut entries = vec![
@@ -523,11 +605,15 @@ async fn run() {
             entries.push(wgpu::BindGroupEntry { binding: 7, resource: wgpu::BindingResource::TextureView(&view32) });
         } else if entry == "u64lanes" {
             entries.push(wgpu::BindGroupEntry { binding: 8, resource: w64b.as_entire_binding() });
-        } else if entry == "dotlanes" {
+        } else if entry.starts_with("dot") {
             entries.push(wgpu::BindGroupEntry { binding: 3, resource: wb.as_entire_binding() });
             entries.push(wgpu::BindGroupEntry { binding: 9, resource: xib.as_entire_binding() });
             entries.push(wgpu::BindGroupEntry { binding: 10, resource: xdb.as_entire_binding() });
             entries.retain(|e| e.binding != 1); // x is read as xi and xd
+            if entry == "dotf16" {
+                entries.retain(|e| e.binding != 4); // d is read as dh
+                entries.push(wgpu::BindGroupEntry { binding: 11, resource: dhb.as_entire_binding() });
+            }
         } else if entry == "v4lanes" {
             entries.push(wgpu::BindGroupEntry { binding: 6, resource: w4b.as_entire_binding() });
         } else if !entry.starts_with("tex") {
@@ -537,7 +623,7 @@ async fn run() {
         }
         let bg =
             device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &pipe.get_bind_group_layout(0), entries: &entries });
-        let invocations = n / 4;
+        let invocations = n / rows;
         let mut times = Vec::new();
         for rep in 0..reps {
             let mut enc = device.create_command_encoder(&Default::default());
