@@ -29,7 +29,9 @@ static MATVEC_LANES: Kernel = Kernel {
 };
 static MATMUL_LANES: Kernel = Kernel { entry: "matmul_lanes", bindings: &[Read, Read, ReadWrite], ..MATVEC_LANES };
 
-/// Workgroup size of the matmul kernels along N.
+/// Workgroup size of the matmul kernels along N; for the CPU adapters' matrix-vector and
+/// `matmul_lanes` dispatches the widest: they take whole subgroups of the rows there are, as few as
+/// cover them.
 const MM_WG: u32 = 64;
 /// Most output rows per invocation of `matvec` (each x chunk is loaded once for all of them).
 const MV_ROWS: usize = 8;
@@ -318,9 +320,10 @@ fn matvec_rows(
                 // (fewer x loads per weight); real GPUs want many workgroups in flight.
                 let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
                 let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
-                // Workgroups as narrow as whole subgroups allow (an invocation past N does a
-                // whole row's work for `matvec_lanes`' broadcasts): N = 576 at R = 4 takes
-                // 3 × 56 invocations, not 3 × 64.
+                // Workgroups as narrow as whole subgroups (of 8 lanes at least) allow: an
+                // invocation past N does a whole row's work for `matvec_lanes`' broadcasts, and
+                // lavapipe runs `matvec`'s idle ones as lanes of a vector anyway. N = 576 at R = 4
+                // takes 3 × 56 invocations, not 3 × 64.
                 let unit = b.gpu().caps.subgroup_size.unwrap_or(8).max(8) as usize;
                 let gx = invocations(r).div_ceil(MM_WG as usize);
                 let wg = invocations(r).div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
