@@ -334,6 +334,22 @@ fn xw(c: u32, l: u32) -> array<u32, 8> {
         subgroupBroadcast(own, 4u), subgroupBroadcast(own, 5u), subgroupBroadcast(own, 6u), subgroupBroadcast(own, 7u));
 }
 
+// `dotf16`: dotlanes with each block's scale an f16, two to a word (the engine keeps them so, in
+// the row header): unpack2x16float and a select a row a block instead of an f32 load.
+@group(0) @binding(11) var<storage, read> dh: array<u32>;
+
+// Row r's scale of block c: an f32 of d, or with F16 (`dotf16`) an f16 of dh.
+override F16: u32 = 0u;
+
+fn scale(r: u32, c: u32, nb: u32) -> f32 {
+    let i = r * nb + c;
+    if F16 == 1u {
+        let h = unpack2x16float(dh[i / 2u]);
+        return select(h.x, h.y, (i & 1u) == 1u);
+    }
+    return d[i];
+}
+
 @compute @workgroup_size(64)
 fn dotlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let n0 = (gid.x / G) * 4u * G + gid.x % G;
@@ -355,10 +371,10 @@ fn dotlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_inv
             s3 += dot4I8Packed(w[b3 + j * G], xv[i]);
         }
         let dx = xd[c];
-        a0 += d[(n0) * nb + c] * dx * f32(s0);
-        a1 += d[(n0 + G) * nb + c] * dx * f32(s1);
-        a2 += d[(n0 + 2u * G) * nb + c] * dx * f32(s2);
-        a3 += d[(n0 + 3u * G) * nb + c] * dx * f32(s3);
+        a0 += scale(n0, c, nb) * dx * f32(s0);
+        a1 += scale(n0 + G, c, nb) * dx * f32(s1);
+        a2 += scale(n0 + 2u * G, c, nb) * dx * f32(s2);
+        a3 += scale(n0 + 3u * G, c, nb) * dx * f32(s3);
     }
     if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
 }
@@ -393,44 +409,6 @@ fn dotarr(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invoc
     }
 }
 
-// dotlanes with each block's scale an f16, two to a word (the engine keeps them so, in the row
-// header): unpack2x16float and a select a row a block instead of an f32 load.
-@group(0) @binding(11) var<storage, read> dh: array<u32>;
-
-fn dh_at(r: u32, c: u32, nb: u32) -> f32 {
-    let i = r * nb + c;
-    let h = unpack2x16float(dh[i / 2u]);
-    return select(h.x, h.y, (i & 1u) == 1u);
-}
-
-@compute @workgroup_size(64)
-fn dotf16(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
-    let n0 = (gid.x / G) * 4u * G + gid.x % G;
-    let wr = p.k / 4u;
-    let b0 = (n0 / G) * wr * G + n0 % G;
-    let b1 = b0 + wr * G;
-    let b2 = b1 + wr * G;
-    let b3 = b2 + wr * G;
-    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
-    let nb = p.k / 32u;
-    for (var c = 0u; c < nb; c++) {
-        var xv = xw(c, sl);
-        var s0 = 0; var s1 = 0; var s2 = 0; var s3 = 0;
-        for (var i = 0u; i < 8u; i++) {
-            let j = c * 8u + i;
-            s0 += dot4I8Packed(w[b0 + j * G], xv[i]);
-            s1 += dot4I8Packed(w[b1 + j * G], xv[i]);
-            s2 += dot4I8Packed(w[b2 + j * G], xv[i]);
-            s3 += dot4I8Packed(w[b3 + j * G], xv[i]);
-        }
-        let dx = xd[c];
-        a0 += dh_at(n0, c, nb) * dx * f32(s0);
-        a1 += dh_at(n0 + G, c, nb) * dx * f32(s1);
-        a2 += dh_at(n0 + 2u * G, c, nb) * dx * f32(s2);
-        a3 += dh_at(n0 + 3u * G, c, nb) * dx * f32(s3);
-    }
-    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
-}
 "#;
 
 fn main() {
@@ -586,12 +564,16 @@ async fn run() {
     for entry in VARIANTS.iter().chain(VARIANTS.iter()).copied() {
         // dotarr4 / dotarr8: entry dotarr with RR rows an invocation.
         let rows: u32 = if entry == "dotarr8" { 8 } else { 4 };
-        let rows_constant: Vec<(&str, f64)> = if entry.starts_with("dotarr") { vec![("RR", rows as f64)] } else { vec![] };
+        let rows_constant: Vec<(&str, f64)> = match entry {
+            "dotarr4" | "dotarr8" => vec![("RR", rows as f64)],
+            "dotf16" => vec![("F16", 1.0)],
+            _ => vec![],
+        };
         let pipe = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: None,
             layout: None,
             module: &module,
-            entry_point: Some(entry.trim_end_matches(['4', '8'])),
+            entry_point: Some(if entry == "dotf16" { "dotlanes" } else { entry.trim_end_matches(['4', '8']) }),
             compilation_options: wgpu::PipelineCompilationOptions { constants: &rows_constant, ..Default::default() },
             cache: None,
         });
@@ -610,9 +592,9 @@ async fn run() {
             entries.push(wgpu::BindGroupEntry { binding: 9, resource: xib.as_entire_binding() });
             entries.push(wgpu::BindGroupEntry { binding: 10, resource: xdb.as_entire_binding() });
             entries.retain(|e| e.binding != 1); // x is read as xi and xd
-            if entry == "dotf16" {
-                entries.retain(|e| e.binding != 4); // d is read as dh
+            if entry == "dotlanes" || entry == "dotf16" {
                 entries.push(wgpu::BindGroupEntry { binding: 11, resource: dhb.as_entire_binding() });
+                // F16 picks d or dh
             }
         } else if entry == "v4lanes" {
             entries.push(wgpu::BindGroupEntry { binding: 6, resource: w4b.as_entire_binding() });
