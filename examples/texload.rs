@@ -152,6 +152,24 @@ fn uni(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid:
 }
 // As `buf` and `tex`, with x shared as matvec_lanes shares it: lane l of 8 loads quad l of a
 // 32-value chunk once and subgroupBroadcast hands the 8 quads to every lane.
+// Word 0 of rows n0 + iG, rows of `words` words interleaved by G.
+fn bases4(n0: u32, words: u32) -> vec4<u32> {
+    let b0 = (n0 / G) * words * G + n0 % G;
+    return vec4<u32>(b0, b0 + words * G, b0 + 2u * words * G, b0 + 3u * words * G);
+}
+
+// The 4 rows' block-c sums, each scaled by its row's d (rows n0 + iG).
+fn scaled4(n0: u32, c: u32, nb: u32, s0: vec4<f32>, s1: vec4<f32>, s2: vec4<f32>, s3: vec4<f32>) -> vec4<f32> {
+    let one = vec4<f32>(1.0);
+    return vec4<f32>(d[n0 * nb + c] * dot(s0, one), d[(n0 + G) * nb + c] * dot(s1, one), d[(n0 + 2u * G) * nb + c] * dot(s2, one),
+        d[(n0 + 3u * G) * nb + c] * dot(s3, one));
+}
+
+// y of rows n0 + iG.
+fn store4(n0: u32, a: vec4<f32>) {
+    if n0 < p.n { y[n0] = a.x; y[n0 + G] = a.y; y[n0 + 2u * G] = a.z; y[n0 + 3u * G] = a.w; }
+}
+
 fn xq(c: u32, l: u32) -> array<vec4<f32>, 8> {
     let own = x[c * 8u + l % 8u];
     return array<vec4<f32>, 8>(subgroupBroadcast(own, 0u), subgroupBroadcast(own, 1u), subgroupBroadcast(own, 2u), subgroupBroadcast(own, 3u),
@@ -162,39 +180,30 @@ fn xq(c: u32, l: u32) -> array<vec4<f32>, 8> {
 fn buflanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let n0 = (gid.x / G) * 4u * G + gid.x % G;
     let wr = p.k / 4u;
-    let b0 = (n0 / G) * wr * G + n0 % G;
-    let b1 = b0 + wr * G;
-    let b2 = b1 + wr * G;
-    let b3 = b2 + wr * G;
-    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let b = bases4(n0, wr);
+    var a = vec4<f32>(0.0);
     let nb = p.k / 32u;
     for (var c = 0u; c < nb; c++) {
         var xv = xq(c, sl);
         var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
         for (var i = 0u; i < 8u; i++) {
             let j = c * 8u + i;
-            s0 += xv[i] * i8x4(w[b0 + j * G]);
-            s1 += xv[i] * i8x4(w[b1 + j * G]);
-            s2 += xv[i] * i8x4(w[b2 + j * G]);
-            s3 += xv[i] * i8x4(w[b3 + j * G]);
+            s0 += xv[i] * i8x4(w[b.x + j * G]);
+            s1 += xv[i] * i8x4(w[b.y + j * G]);
+            s2 += xv[i] * i8x4(w[b.z + j * G]);
+            s3 += xv[i] * i8x4(w[b.w + j * G]);
         }
-        a0 += d[(n0) * nb + c] * dot(s0, vec4<f32>(1.0));
-        a1 += d[(n0 + G) * nb + c] * dot(s1, vec4<f32>(1.0));
-        a2 += d[(n0 + 2u * G) * nb + c] * dot(s2, vec4<f32>(1.0));
-        a3 += d[(n0 + 3u * G) * nb + c] * dot(s3, vec4<f32>(1.0));
+        a += scaled4(n0, c, nb, s0, s1, s2, s3);
     }
-    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+    store4(n0, a);
 }
 
 @compute @workgroup_size(64)
 fn texlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let n0 = (gid.x / G) * 4u * G + gid.x % G;
     let tr = p.k / 16u;
-    let b0 = (n0 / G) * tr * G + n0 % G;
-    let b1 = b0 + tr * G;
-    let b2 = b1 + tr * G;
-    let b3 = b2 + tr * G;
-    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let b = bases4(n0, tr);
+    var a = vec4<f32>(0.0);
     let nb = p.k / 32u;
     for (var c = 0u; c < nb; c++) {
         var xv = xq(c, sl);
@@ -202,21 +211,18 @@ fn texlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_inv
         for (var i = 0u; i < 2u; i++) {
             let t = c * 2u + i;
             let x0 = xv[4u * i]; let x1 = xv[4u * i + 1u]; let x2 = xv[4u * i + 2u]; let x3 = xv[4u * i + 3u];
-            let q0 = tex_at(b0 + t * G);
-            let q1 = tex_at(b1 + t * G);
-            let q2 = tex_at(b2 + t * G);
-            let q3 = tex_at(b3 + t * G);
+            let q0 = tex_at(b.x + t * G);
+            let q1 = tex_at(b.y + t * G);
+            let q2 = tex_at(b.z + t * G);
+            let q3 = tex_at(b.w + t * G);
             s0 += x0 * i8x4(q0.x) + x1 * i8x4(q0.y) + x2 * i8x4(q0.z) + x3 * i8x4(q0.w);
             s1 += x0 * i8x4(q1.x) + x1 * i8x4(q1.y) + x2 * i8x4(q1.z) + x3 * i8x4(q1.w);
             s2 += x0 * i8x4(q2.x) + x1 * i8x4(q2.y) + x2 * i8x4(q2.z) + x3 * i8x4(q2.w);
             s3 += x0 * i8x4(q3.x) + x1 * i8x4(q3.y) + x2 * i8x4(q3.z) + x3 * i8x4(q3.w);
         }
-        a0 += d[(n0) * nb + c] * dot(s0, vec4<f32>(1.0));
-        a1 += d[(n0 + G) * nb + c] * dot(s1, vec4<f32>(1.0));
-        a2 += d[(n0 + 2u * G) * nb + c] * dot(s2, vec4<f32>(1.0));
-        a3 += d[(n0 + 3u * G) * nb + c] * dot(s3, vec4<f32>(1.0));
+        a += scaled4(n0, c, nb, s0, s1, s2, s3);
     }
-    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+    store4(n0, a);
 }
 // texlanes with the texels in a storage buffer of vec4<u32>: one load a lane of 16 bytes.
 @group(0) @binding(6) var<storage, read> w4: array<vec4<u32>>;
@@ -225,11 +231,8 @@ fn texlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_inv
 fn v4lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let n0 = (gid.x / G) * 4u * G + gid.x % G;
     let tr = p.k / 16u;
-    let b0 = (n0 / G) * tr * G + n0 % G;
-    let b1 = b0 + tr * G;
-    let b2 = b1 + tr * G;
-    let b3 = b2 + tr * G;
-    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let b = bases4(n0, tr);
+    var a = vec4<f32>(0.0);
     let nb = p.k / 32u;
     for (var c = 0u; c < nb; c++) {
         var xv = xq(c, sl);
@@ -237,21 +240,18 @@ fn v4lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invo
         for (var i = 0u; i < 2u; i++) {
             let t = c * 2u + i;
             let x0 = xv[4u * i]; let x1 = xv[4u * i + 1u]; let x2 = xv[4u * i + 2u]; let x3 = xv[4u * i + 3u];
-            let q0 = w4[b0 + t * G];
-            let q1 = w4[b1 + t * G];
-            let q2 = w4[b2 + t * G];
-            let q3 = w4[b3 + t * G];
+            let q0 = w4[b.x + t * G];
+            let q1 = w4[b.y + t * G];
+            let q2 = w4[b.z + t * G];
+            let q3 = w4[b.w + t * G];
             s0 += x0 * i8x4(q0.x) + x1 * i8x4(q0.y) + x2 * i8x4(q0.z) + x3 * i8x4(q0.w);
             s1 += x0 * i8x4(q1.x) + x1 * i8x4(q1.y) + x2 * i8x4(q1.z) + x3 * i8x4(q1.w);
             s2 += x0 * i8x4(q2.x) + x1 * i8x4(q2.y) + x2 * i8x4(q2.z) + x3 * i8x4(q2.w);
             s3 += x0 * i8x4(q3.x) + x1 * i8x4(q3.y) + x2 * i8x4(q3.z) + x3 * i8x4(q3.w);
         }
-        a0 += d[(n0) * nb + c] * dot(s0, vec4<f32>(1.0));
-        a1 += d[(n0 + G) * nb + c] * dot(s1, vec4<f32>(1.0));
-        a2 += d[(n0 + 2u * G) * nb + c] * dot(s2, vec4<f32>(1.0));
-        a3 += d[(n0 + 3u * G) * nb + c] * dot(s3, vec4<f32>(1.0));
+        a += scaled4(n0, c, nb, s0, s1, s2, s3);
     }
-    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+    store4(n0, a);
 }
 // buflanes reading each word through an r32uint texture 8192 words wide (the buffer's layout).
 @group(0) @binding(7) var wr32: texture_2d<u32>;
@@ -264,28 +264,22 @@ fn wt32(i: u32) -> u32 {
 fn r32lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let n0 = (gid.x / G) * 4u * G + gid.x % G;
     let wr = p.k / 4u;
-    let b0 = (n0 / G) * wr * G + n0 % G;
-    let b1 = b0 + wr * G;
-    let b2 = b1 + wr * G;
-    let b3 = b2 + wr * G;
-    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let b = bases4(n0, wr);
+    var a = vec4<f32>(0.0);
     let nb = p.k / 32u;
     for (var c = 0u; c < nb; c++) {
         var xv = xq(c, sl);
         var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
         for (var i = 0u; i < 8u; i++) {
             let j = c * 8u + i;
-            s0 += xv[i] * i8x4(wt32(b0 + j * G));
-            s1 += xv[i] * i8x4(wt32(b1 + j * G));
-            s2 += xv[i] * i8x4(wt32(b2 + j * G));
-            s3 += xv[i] * i8x4(wt32(b3 + j * G));
+            s0 += xv[i] * i8x4(wt32(b.x + j * G));
+            s1 += xv[i] * i8x4(wt32(b.y + j * G));
+            s2 += xv[i] * i8x4(wt32(b.z + j * G));
+            s3 += xv[i] * i8x4(wt32(b.w + j * G));
         }
-        a0 += d[(n0) * nb + c] * dot(s0, vec4<f32>(1.0));
-        a1 += d[(n0 + G) * nb + c] * dot(s1, vec4<f32>(1.0));
-        a2 += d[(n0 + 2u * G) * nb + c] * dot(s2, vec4<f32>(1.0));
-        a3 += d[(n0 + 3u * G) * nb + c] * dot(s3, vec4<f32>(1.0));
+        a += scaled4(n0, c, nb, s0, s1, s2, s3);
     }
-    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+    store4(n0, a);
 }
 // buflanes with two words a lane a load: u64 loads (SHADER_INT64, native only), pairs of a row's
 // words interleaved by 32 as buf interleaves words: pair q of row r at (r/G)·(W/2)·G + q·G + r%G.
@@ -295,32 +289,26 @@ fn r32lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_inv
 fn u64lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let n0 = (gid.x / G) * 4u * G + gid.x % G;
     let pr = p.k / 8u;
-    let b0 = (n0 / G) * pr * G + n0 % G;
-    let b1 = b0 + pr * G;
-    let b2 = b1 + pr * G;
-    let b3 = b2 + pr * G;
-    var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
+    let b = bases4(n0, pr);
+    var a = vec4<f32>(0.0);
     let nb = p.k / 32u;
     for (var c = 0u; c < nb; c++) {
         var xv = xq(c, sl);
         var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
         for (var i = 0u; i < 4u; i++) {
             let j = c * 4u + i;
-            let q0 = w64[b0 + j * G];
-            let q1 = w64[b1 + j * G];
-            let q2 = w64[b2 + j * G];
-            let q3 = w64[b3 + j * G];
+            let q0 = w64[b.x + j * G];
+            let q1 = w64[b.y + j * G];
+            let q2 = w64[b.z + j * G];
+            let q3 = w64[b.w + j * G];
             s0 += xv[2u * i] * i8x4(u32(q0)) + xv[2u * i + 1u] * i8x4(u32(q0 >> 32u));
             s1 += xv[2u * i] * i8x4(u32(q1)) + xv[2u * i + 1u] * i8x4(u32(q1 >> 32u));
             s2 += xv[2u * i] * i8x4(u32(q2)) + xv[2u * i + 1u] * i8x4(u32(q2 >> 32u));
             s3 += xv[2u * i] * i8x4(u32(q3)) + xv[2u * i + 1u] * i8x4(u32(q3 >> 32u));
         }
-        a0 += d[(n0) * nb + c] * dot(s0, vec4<f32>(1.0));
-        a1 += d[(n0 + G) * nb + c] * dot(s1, vec4<f32>(1.0));
-        a2 += d[(n0 + 2u * G) * nb + c] * dot(s2, vec4<f32>(1.0));
-        a3 += d[(n0 + 3u * G) * nb + c] * dot(s3, vec4<f32>(1.0));
+        a += scaled4(n0, c, nb, s0, s1, s2, s3);
     }
-    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+    store4(n0, a);
 }
 // buflanes on 8-bit activations: x quantized to i8 a 32-value block with one f32 scale (as
 // llama.cpp's CPU backend quantizes x to Q8_0 for its integer dot products), each weight word
@@ -354,10 +342,7 @@ fn scale(r: u32, c: u32, nb: u32) -> f32 {
 fn dotlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let n0 = (gid.x / G) * 4u * G + gid.x % G;
     let wr = p.k / 4u;
-    let b0 = (n0 / G) * wr * G + n0 % G;
-    let b1 = b0 + wr * G;
-    let b2 = b1 + wr * G;
-    let b3 = b2 + wr * G;
+    let b = bases4(n0, wr);
     var a0 = 0.0; var a1 = 0.0; var a2 = 0.0; var a3 = 0.0;
     let nb = p.k / 32u;
     for (var c = 0u; c < nb; c++) {
@@ -365,10 +350,10 @@ fn dotlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_inv
         var s0 = 0; var s1 = 0; var s2 = 0; var s3 = 0;
         for (var i = 0u; i < 8u; i++) {
             let j = c * 8u + i;
-            s0 += dot4I8Packed(w[b0 + j * G], xv[i]);
-            s1 += dot4I8Packed(w[b1 + j * G], xv[i]);
-            s2 += dot4I8Packed(w[b2 + j * G], xv[i]);
-            s3 += dot4I8Packed(w[b3 + j * G], xv[i]);
+            s0 += dot4I8Packed(w[b.x + j * G], xv[i]);
+            s1 += dot4I8Packed(w[b.y + j * G], xv[i]);
+            s2 += dot4I8Packed(w[b.z + j * G], xv[i]);
+            s3 += dot4I8Packed(w[b.w + j * G], xv[i]);
         }
         let dx = xd[c];
         a0 += scale(n0, c, nb) * dx * f32(s0);
@@ -376,7 +361,7 @@ fn dotlanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_inv
         a2 += scale(n0 + 2u * G, c, nb) * dx * f32(s2);
         a3 += scale(n0 + 3u * G, c, nb) * dx * f32(s3);
     }
-    if n0 < p.n { y[n0] = a0; y[n0 + G] = a1; y[n0 + 2u * G] = a2; y[n0 + 3u * G] = a3; }
+    store4(n0, vec4<f32>(a0, a1, a2, a3));
 }
 // dotlanes as the engine's matvec_lanes is shaped (bisecting why the engine kernel lost dotlanes'
 // gain): RR rows an invocation through arrays and loops (row bases and sums in arrays).
