@@ -170,7 +170,7 @@ export interface DivergedAt {
   /** Index in `messages` of the message holding it (null: in the template's framing). */
   message: number | null;
   role: string | null;
-  /** Characters into that message's content. */
+  /** Characters into that message's content, from its own start (whitespace a template trimmed there counts). */
   char: number;
   /** Text that was resident from there, and the request's text from there. */
   resident: string;

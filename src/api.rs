@@ -462,7 +462,8 @@ pub struct DivergedAt {
     pub message: Option<usize>,
     /// The role of that message (`"user"`, …); `null` when `message` is.
     pub role: Option<String>,
-    /// Character offset inside that message's content (0 when outside any content).
+    /// Character offset inside that message's content, counted from the content's own start
+    /// (whitespace a trimming template dropped there included; 0 when outside any content).
     pub char: usize,
     /// A few tokens of the resident text from that point.
     pub resident: String,

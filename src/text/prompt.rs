@@ -17,6 +17,10 @@ pub struct Encoded {
     pub ids: Vec<u32>,
     /// Token range of each message's content.
     pub contents: Vec<std::ops::Range<usize>>,
+    /// Characters at the start of each message's content that are not in its tokens: what the
+    /// template trimmed there (`locate` counts a divergence's character from the content's own
+    /// start).
+    pub leads: Vec<usize>,
 }
 
 /// The marker a message's field (its content, its author's name, a tool call's name or arguments)
@@ -124,6 +128,8 @@ struct Spliced {
     fields: Vec<(FieldKind, usize)>,
     /// Whether each message's name was rendered.
     named: Vec<bool>,
+    /// Characters at the start of each message's content that were trimmed before it was spliced.
+    leads: Vec<usize>,
 }
 
 /// Cuts `rendered` at the markers of `fields`, each field spliced back as the template placed it:
@@ -136,6 +142,7 @@ fn splice(template: &ChatTemplate, rendered: &str, fields: &[Field<'_>], message
         placed: Vec::new(),
         fields: fields.iter().map(|f| (f.kind, f.message)).collect(),
         named: vec![false; messages],
+        leads: vec![0; messages],
     };
     let mut rest = rendered;
     while let Some(at) = rest.find(FIELD) {
@@ -170,6 +177,9 @@ fn splice(template: &ChatTemplate, rendered: &str, fields: &[Field<'_>], message
                     text = text.trim_end();
                 }
             }
+            // `text` is a slice of the field's text: what it starts after was trimmed.
+            let lead = text.as_ptr() as usize - f.text.as_ptr() as usize;
+            out.leads[f.message] = f.text[..lead].chars().count();
         }
         out.pieces.push((before.to_string(), true));
         if f.kind == FieldKind::Name {
@@ -251,7 +261,7 @@ impl Prompter<'_> {
                 None => Err(Error::Template(format!("the chat template altered message {i}'s content"))),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(self.with_bos(Encoded { ids, contents }))
+        Ok(self.with_bos(Encoded { ids, contents, leads: spliced.leads }))
     }
 
     /// `tokenizer.ggml.add_bos_token`: the model was trained with BOS first. Templates that write
@@ -354,7 +364,17 @@ impl Prompter<'_> {
                 r
             })
             .collect();
-        Ok(Some(Encoded { ids, contents }))
+        // Where what the template kept of each content starts in the content (it may have dropped
+        // a `<think>` block, or trimmed).
+        let leads = messages
+            .iter()
+            .zip(&places)
+            .map(|(m, r)| {
+                let kept = r.as_ref().map_or("", |r| &text[r.clone()]);
+                m.content.find(kept).filter(|_| !kept.is_empty()).map_or(0, |at| m.content[..at].chars().count())
+            })
+            .collect();
+        Ok(Some(Encoded { ids, contents, leads }))
     }
 
     /// Head truncation (`truncate::plan`) to `context` positions less `max_tokens`: the messages
@@ -390,7 +410,8 @@ impl Prompter<'_> {
     }
 
     /// Where a divergence falls in the request, `d.token` being the first prompt token that
-    /// differs from the resident tokens `d.resident`: message, role, character, and text
+    /// differs from the resident tokens `d.resident`: message, role, character (counted from the
+    /// start of the message's own content, what the template trimmed included), and text
     /// snippets. `kept` are the indices in `messages` of the messages `enc` was encoded from.
     pub fn locate(&self, d: &Divergence, enc: &Encoded, kept: &[usize], messages: &[Message]) -> DivergedAt {
         const SNIPPET: usize = 12;
@@ -404,7 +425,7 @@ impl Prompter<'_> {
         let (message, role, char) = match hit {
             Some(k) => {
                 let r = &enc.contents[k];
-                let char = decode(&enc.ids[r.start..d.token]).chars().count();
+                let char = enc.leads.get(k).copied().unwrap_or(0) + decode(&enc.ids[r.start..d.token]).chars().count();
                 let i = kept[k];
                 (Some(i), Some(messages[i].role.clone()), char)
             }
@@ -417,6 +438,7 @@ impl Prompter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::prefix::Divergence;
     use crate::check::testmodel::tiny_gguf;
     use crate::model::gguf::Gguf;
 
@@ -456,6 +478,38 @@ mod tests {
         let p = Prompter { template: Some(&plain), tokenizer: &t, tools: None };
         let enc = p.encode(&messages).unwrap();
         assert_eq!(t.decode(&enc.ids).unwrap(), "[ be brief\n][  hi there \n][\nok ]");
+    }
+
+    /// A divergence's character counts from the start of the message's own content: the
+    /// whitespace a trimming template dropped, and the `<think>` block Qwen3's drops, included.
+    #[test]
+    fn a_divergence_counts_characters_from_the_contents_own_start() {
+        let t = tokenizer();
+        let at = |p: &Prompter, messages: &[Message], m: usize| {
+            let enc = p.encode(messages).unwrap();
+            let kept: Vec<usize> = (0..messages.len()).collect();
+            let first = p.locate(&Divergence { token: enc.contents[m].start, resident: Vec::new() }, &enc, &kept, messages);
+            let last = enc.contents[m].end - 1;
+            let later = p.locate(&Divergence { token: last, resident: Vec::new() }, &enc, &kept, messages);
+            let before = t.decode(&enc.ids[enc.contents[m].start..last]).unwrap().chars().count();
+            assert_eq!(later.char, first.char + before, "a later token counts what comes before it in the content");
+            (first.message, first.char)
+        };
+        let trims = ChatTemplate::new("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</>{% endfor %}", "", "").unwrap();
+        let p = Prompter { template: Some(&trims), tokenizer: &t, tools: None };
+        let messages = [Message::new("system", "be brief"), Message::new("user", "  \n hi there ")];
+        assert_eq!(at(&p, &messages, 1), (Some(1), "  \n ".chars().count()));
+        let plain = ChatTemplate::new("{% for m in messages %}[{{ m.content }}]{% endfor %}", "", "").unwrap();
+        let p = Prompter { template: Some(&plain), tokenizer: &t, tools: None };
+        assert_eq!(at(&p, &messages, 1), (Some(1), 0));
+        let qwen3 = "{%- for m in messages %}{%- set content = m.content %}\
+                     {%- if m.role == 'assistant' and '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}\
+                     <|im_start|>{{ m.role }}\n{{ content }}<|im_end|>\n{%- endfor %}<|im_start|>assistant\n";
+        let qwen3 = ChatTemplate::new(qwen3, "", "").unwrap();
+        let p = Prompter { template: Some(&qwen3), tokenizer: &t, tools: None };
+        let answer = "<think>\nadd them\n</think>\n\nfour";
+        let messages = [Message::new("user", "2+2?"), Message::new("assistant", answer), Message::new("user", "and 3+3?")];
+        assert_eq!(at(&p, &messages, 1), (Some(1), answer.find("four").unwrap()));
     }
 
     /// Qwen3's template reads what a content says: it drops a past assistant turn's `<think>`
