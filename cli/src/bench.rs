@@ -430,7 +430,7 @@ fn longdoc() -> Result<(Message, String, String)> {
 /// another question on the same document), beside the floor (the new suffix's share of the prompt);
 /// (2) a 20-turn chat over the pinned document in a small context window (several overflows):
 /// prefill efficiency = tokens that had to be computed ÷ tokens prefilled.
-pub async fn cache(path: &str, json: bool) -> Result<()> {
+pub async fn cache(path: &str, json: bool, runs: usize) -> Result<()> {
     let file = crate::read_model(path)?;
     let (system, doc, q1) = longdoc()?;
     let gpu = Gpu::new().await?;
@@ -445,7 +445,7 @@ pub async fn cache(path: &str, json: bool) -> Result<()> {
     // Cold: question 2's whole prompt with nothing resident. Warm: question 1 right after it (the
     // document is resident, the new question and the generation prompt are not): the same
     // 1,675-token shared prefix and ~26-token suffix as llama.cpp's reuse measurement.
-    for run in 0..3 {
+    for run in 0..runs {
         e.clear_cache();
         let c = e.chat(&req(Q2, 16), |_| {}).await?;
         cold.push(c.timings.ttft_ms);
@@ -454,8 +454,13 @@ pub async fn cache(path: &str, json: bool) -> Result<()> {
         (prompt, cached) = (w.usage.prompt_tokens, w.usage.prompt_tokens_details.cached_tokens);
         eprintln!("run {run}: cold {:.0} ms, warm {:.0} ms ({cached} of {prompt} cached)", c.timings.ttft_ms, w.timings.ttft_ms);
     }
-    let (cold, warm) = (median(&mut cold), median(&mut warm));
+    // Each run's warm/cold ÷ floor: on CPU adapters a pass's time moves by a third from run to run,
+    // so the median alone hides how far one run can land from it.
     let floor = (prompt - cached) as f64 / prompt as f64;
+    let per_run: Vec<f64> = cold.iter().zip(&warm).map(|(c, w)| w / c / floor).collect();
+    let (lo, hi) = per_run.iter().fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+    let (cold_runs, warm_runs) = (cold.clone(), warm.clone());
+    let (cold, warm) = (median(&mut cold), median(&mut warm));
     let ratio = warm / cold;
 
     // The scripted chat: system + pinned document + 20 turns with the model's own replies.
@@ -503,14 +508,15 @@ pub async fn cache(path: &str, json: bool) -> Result<()> {
             "{}",
             serde_json::json!({
                 "adapter": adapter,
-                "ttft": {"prompt_tokens": prompt, "cached_tokens": cached, "cold_ms": cold, "warm_ms": warm, "warm_over_cold": ratio, "floor": floor, "ratio_to_floor": ratio / floor},
+                "ttft": {"prompt_tokens": prompt, "cached_tokens": cached, "cold_ms": cold, "warm_ms": warm, "warm_over_cold": ratio, "floor": floor, "ratio_to_floor": ratio / floor,
+                    "runs": runs, "cold_ms_runs": cold_runs, "warm_ms_runs": warm_runs, "ratio_to_floor_runs": per_run},
                 "chat": {"turns": CHAT.len(), "context": context, "overflows": overflows, "needed": needed, "prefilled": prefilled, "prefill_efficiency": efficiency, "per_turn": turns},
             })
         );
     } else {
         println!("adapter: {adapter}");
         println!("TTFT, {prompt}-token prompt, {cached} cached: cold {cold:.0} ms, warm {warm:.0} ms, warm/cold {ratio:.4}");
-        println!("  floor (uncached share of the prompt) {floor:.4}: warm/cold = {:.2} x the floor", ratio / floor);
+        println!("  floor (uncached share of the prompt) {floor:.4}: warm/cold = {:.2} x the floor (medians of {runs}; run by run {lo:.2}..{hi:.2})", ratio / floor);
         println!("20-turn chat in a {context}-token context: {overflows} overflows, {needed} tokens had to be computed, {prefilled} were prefilled: efficiency {efficiency:.2}");
         for (i, t) in turns.iter().enumerate() {
             println!("  turn {:>2}: {t}", i + 1);

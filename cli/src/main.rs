@@ -211,7 +211,7 @@ fn main() -> ExitCode {
                 "model" => bench::model(&model, json, runs.max(1), &kernels).await,
                 "kernels" => bench::kernels(&formats).await,
                 "profile" => bench::profile(&model, json, &section, &kernels).await,
-                "cache" => bench::cache(&model, json).await,
+                "cache" => bench::cache(&model, json, runs.max(1)).await,
                 "structured" => bench::structured(&model, json, runs.max(1)).await,
                 other => Err(Error::InvalidArgument(format!("bench {other:?}: expected model, kernels, cache, profile or structured"))),
             },
