@@ -77,7 +77,14 @@ class WorkerBackend {
         f();
       };
       this.pending.set(id, { resolve, reject, onEvent, settle });
-      this.worker.postMessage({ id, op, args });
+      try {
+        this.worker.postMessage({ id, op, args });
+      } catch (e) {
+        // A request the structured clone cannot copy (a function in a tool's schema, say): the
+        // worker never saw it, so it is the caller's error and nothing stays pending.
+        const why = e?.name === 'DataCloneError' ? 'it holds a value that cannot be copied to the engine (a function?)' : String(e?.message ?? e);
+        settle(() => reject(new InvalidRequestError(`the request cannot be sent: ${why}`)));
+      }
     });
   }
 
@@ -153,6 +160,20 @@ function engineMessage(m, i) {
   for (const k of ['name', 'tool_calls', 'tool_call_id', 'refusal', 'audio', 'function_call', 'parsed']) if (out[k] == null) delete out[k];
   // Fields of a result message (the openai client's helpers add them) that carry nothing here.
   if (Array.isArray(out.annotations) && out.annotations.length === 0) delete out.annotations;
+  // What the openai client's `.parse()` and `.stream()` helpers derive from an answer they return:
+  // `parsed` (the content read as JSON) and each call's `parsed_arguments` (its arguments read as
+  // JSON). The content and the arguments say the same and are what the template renders, so a
+  // message sent back as the client returned it is read without them.
+  if (out.role === 'assistant') {
+    delete out.parsed;
+    if (Array.isArray(out.tool_calls)) {
+      out.tool_calls = out.tool_calls.map((c) => {
+        if (!c || typeof c !== 'object' || !c.function || typeof c.function !== 'object' || !('parsed_arguments' in c.function)) return c;
+        const { parsed_arguments: _, ...fn } = c.function;
+        return { ...c, function: fn };
+      });
+    }
+  }
   return out;
 }
 
@@ -173,10 +194,34 @@ function engineRequest(params) {
   if (signal != null && !(signal instanceof AbortSignal)) throw new InvalidRequestError('signal must be an AbortSignal');
   for (const k of UNSUPPORTED) {
     if (rest[k] != null && rest[k] !== false) throw new InvalidRequestError(`${k} is not supported by hotprefix`);
+    // `false` (`logprobs: false`, say) asks for what hotprefix does anyway: not sent on, since
+    // the engine refuses a field it does not implement whatever its value.
+    if (rest[k] === false) delete rest[k];
   }
+  const includeUsage = streamOptionsOf(streamOptions, stream === true);
   const request = {};
   for (const [k, v] of Object.entries(rest)) if (v != null) request[k] = v;
-  return { request, signal, stream: stream === true, includeUsage: streamOptions?.include_usage === true };
+  return { request, signal, stream: stream === true, includeUsage };
+}
+
+// OpenAI's `stream_options`, checked: only with `stream: true` (as OpenAI answers), only the
+// options hotprefix implements (`include_usage`; `include_obfuscation` only as false: chunks are
+// never padded). Returns whether the usage chunk is wanted.
+function streamOptionsOf(o, streaming) {
+  if (o == null) return false;
+  if (!streaming) throw new InvalidRequestError('stream_options is only allowed when stream is true');
+  if (typeof o !== 'object' || Array.isArray(o)) throw new InvalidRequestError('stream_options must be an object');
+  for (const [k, v] of Object.entries(o)) {
+    if (v == null) continue;
+    if (k === 'include_usage') {
+      if (typeof v !== 'boolean') throw new InvalidRequestError('stream_options.include_usage must be a boolean');
+    } else if (k === 'include_obfuscation') {
+      if (v !== false) throw new InvalidRequestError('stream_options.include_obfuscation is not supported by hotprefix (its chunks are never padded)');
+    } else {
+      throw new InvalidRequestError(`stream_options.${k} is not supported by hotprefix`);
+    }
+  }
+  return o.include_usage === true;
 }
 
 /** An engine: a loaded model and its resident prompt cache. Made by createEngine(). */
