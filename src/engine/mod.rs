@@ -438,6 +438,17 @@ impl Engine {
 
     /// The grammar a request's answer follows: its `response_format`, or its tool calls.
     fn constraint_of(&mut self, req: &ChatRequest) -> Result<Option<Constrained>> {
+        // With tool_choice "required" or a named function the whole answer is tool calls, held by
+        // the grammar, and stop strings do not cut a call's arguments (under "auto" they end the
+        // text around a call): a stop string would never apply.
+        if req.response_format == ResponseFormat::Text
+            && matches!(req.tool_choice, ToolChoice::Required | ToolChoice::Function(_))
+            && !req.stop.to_vec().is_empty()
+        {
+            return Err(Error::InvalidArgument(
+                "stop with tool_choice \"required\" or a named function: the answer is then tool calls, which stop strings do not cut; refused rather than ignored".into(),
+            ));
+        }
         let tools: Vec<&ToolSpec> = req.tools.iter().collect();
         let (constraint, after) = match (&req.response_format, &req.tool_choice) {
             (ResponseFormat::JsonObject, _) => (self.grammars()?.json(tools::response_schema(None))?, None),
