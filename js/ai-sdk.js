@@ -93,7 +93,31 @@ function requestOf(options) {
   if (options.reasoning && !['provider-default', 'none'].includes(options.reasoning)) {
     warnings.push({ type: 'unsupported', feature: 'reasoning', details: 'hotprefix runs no reasoning mode' });
   }
+  if ((options.tools ?? []).some((t) => t.type === 'function' && t.inputExamples?.length)) {
+    warnings.push({ type: 'unsupported', feature: 'tool inputExamples', details: 'the examples are not rendered into the prompt' });
+  }
+  if (options.includeRawChunks) {
+    warnings.push({ type: 'unsupported', feature: 'includeRawChunks', details: 'the stream carries no raw chunks' });
+  }
+  Object.assign(params, hotprefixOptions(options.providerOptions?.hotprefix));
   return { params, warnings };
+}
+
+// `providerOptions.hotprefix`: the engine's own request fields. A key it does not know is refused
+// (as the engine refuses a field it does not implement), not ignored.
+const PROVIDER_OPTIONS = { cacheSalt: ['cache_salt', 'string'], repetitionPenalty: ['repetition_penalty', 'number'] };
+function hotprefixOptions(o) {
+  if (o == null) return {};
+  if (typeof o !== 'object' || Array.isArray(o)) throw new InvalidRequestError('providerOptions.hotprefix must be an object');
+  const out = {};
+  for (const [k, v] of Object.entries(o)) {
+    const known = PROVIDER_OPTIONS[k];
+    if (!known) throw new InvalidRequestError(`providerOptions.hotprefix.${k} is not supported (${Object.keys(PROVIDER_OPTIONS).join(', ')} are)`);
+    if (v == null) continue;
+    if (typeof v !== known[1]) throw new InvalidRequestError(`providerOptions.hotprefix.${k} must be a ${known[1]}`);
+    out[known[0]] = v;
+  }
+  return out;
 }
 
 function parses(json) {

@@ -54,3 +54,26 @@ test('a length cut drops only the call it cut: the whole calls before it are cal
   assert.deepEqual(streamed.map((c) => [c.toolCallId, c.input]), [['call_a', '{"city": "Paris"}']]);
   assert.equal(parts.filter((p) => p.type === 'tool-input-end').length, 2, 'both inputs end');
 });
+
+test("providerOptions.hotprefix sets the engine's own fields, refuses other keys, and what is left out is a warning", async () => {
+  const seen = [];
+  const engine = { chat: { completions: { async create(params) {
+    seen.push(params);
+    return { id: 'chatcmpl-1', model: 'stand-in', created: 1, choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'ok' } }],
+      usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 } };
+  } } } };
+  const model = hotprefix(engine);
+  const prompt = OPTIONS.prompt;
+  await model.doGenerate({ prompt, providerOptions: { hotprefix: { cacheSalt: 'tenant-1', repetitionPenalty: 1.1 } } });
+  assert.equal(seen[0].cache_salt, 'tenant-1');
+  assert.equal(seen[0].repetition_penalty, 1.1);
+  // Other providers' options are theirs; an unknown key of hotprefix's is refused, as is a wrong type.
+  await model.doGenerate({ prompt, providerOptions: { openai: { user: 'x' } } });
+  assert.equal('user' in seen[1], false);
+  await assert.rejects(model.doGenerate({ prompt, providerOptions: { hotprefix: { cache_salt: 'x' } } }), /providerOptions\.hotprefix\.cache_salt is not supported/);
+  await assert.rejects(model.doGenerate({ prompt, providerOptions: { hotprefix: { cacheSalt: 7 } } }), /must be a string/);
+  assert.equal(seen.length, 2);
+  const tools = [{ ...OPTIONS.tools[0], inputExamples: [{ input: { city: 'Paris' } }] }];
+  const r = await model.doGenerate({ prompt, tools, includeRawChunks: true });
+  assert.deepEqual(r.warnings.map((w) => w.feature).sort(), ['includeRawChunks', 'tool inputExamples']);
+});

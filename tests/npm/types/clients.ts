@@ -3,7 +3,7 @@
 // client's `fetch`, and the AI SDK provider is an AI SDK language model.
 import { createEngine, type Engine } from 'hotprefix';
 import { createFetch, DEFAULT_BASE_URL } from 'hotprefix/openai';
-import { hotprefix } from 'hotprefix/ai-sdk';
+import { hotprefix, type HotprefixProviderOptions } from 'hotprefix/ai-sdk';
 import OpenAI from 'openai';
 import type {
   ChatCompletion as OpenAIChatCompletion,
@@ -37,7 +37,8 @@ async function main(): Promise<void> {
   const viaClient: OpenAIChatCompletion = await client.chat.completions.create(plain);
   // The provider is an AI SDK model.
   const model: LanguageModel = hotprefix(engine);
-  const { text, usage } = await generateText({ model, prompt: 'Hi' });
+  const hp: HotprefixProviderOptions = { cacheSalt: 'tenant-1', repetitionPenalty: 1.1 };
+  const { text, usage } = await generateText({ model, prompt: 'Hi', providerOptions: { hotprefix: { ...hp } } });
   const cached: number | undefined = usage.inputTokenDetails.cacheReadTokens;
   const s = streamText({ model: hotprefix(engine, { modelId: 'local' }), prompt: 'Hi' });
   for await (const piece of s.textStream) void piece;
