@@ -402,3 +402,33 @@ async fn message_names() {
     let plain = e.encode_chat(&[Message::new("user", "hi")]).unwrap();
     assert!(plain.len() < ids.len(), "without a name, none is rendered");
 }
+
+gpu_test!(a_divergence_counts_characters_from_the_contents_own_start_beside_the_tools_message, divergence_beside_tools);
+
+/// A template that trims contents and renders no tools: the engine adds the tools' system message
+/// before the request's, and a divergence in the request's first message still counts its
+/// characters from that content's own start, leading spaces the template trimmed included (as
+/// the same request without tools reports).
+async fn divergence_beside_tools() {
+    let template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    let file = hotprefix::testmodel::tiny_gguf_with(1, |md, _| {
+        md.insert("tokenizer.chat_template".into(), hotprefix::gguf::Value::Str(template.into()));
+    });
+    let tools = r#""tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}], "tool_choice": "none","#;
+    let mut chars = Vec::new();
+    for with_tools in [false, true] {
+        let gpu = dual::gpu().await;
+        let mut e = Engine::load(gpu, &file, EngineOptions { context: Some(512), kv_budget_mb: Some(1.0), ..EngineOptions::default() }).await.unwrap();
+        let req = |content: &str| {
+            let t = if with_tools { tools } else { "" };
+            ChatRequest::from_json(&format!(r#"{{{t} "messages": [{{"role": "user", "content": "{content}"}}], "max_tokens": 1}}"#)).unwrap()
+        };
+        e.chat(&req("   lock gate canal water"), |_| {}).await.unwrap();
+        let r = e.chat(&req("   lock gate river water"), |_| {}).await.unwrap();
+        let d = r.cache.diverged_at.clone().expect("the second request diverges in its message");
+        assert_eq!(d.message, Some(0), "{d:?}");
+        chars.push(d.char);
+    }
+    assert!(chars[0] >= "   lock gate".len(), "the trimmed spaces count: {chars:?}");
+    assert_eq!(chars[1], chars[0], "the tools' message changes no offset in the request's own");
+}

@@ -397,7 +397,7 @@ impl Engine {
         let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
         let mut enc = prompter.encode(&messages)?;
         if added {
-            enc.contents.remove(0);
+            enc.drop_first_message();
         }
         Ok(enc)
     }
@@ -490,7 +490,7 @@ impl Engine {
         if added {
             // The tools' system message is no message of the request: positions and warnings
             // name the request's own messages (it counts as the template's text).
-            enc.contents.remove(0);
+            enc.drop_first_message();
             kept.remove(0);
             kept.iter_mut().for_each(|k| *k -= 1);
         }

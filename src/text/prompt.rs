@@ -23,6 +23,19 @@ pub struct Encoded {
     pub leads: Vec<usize>,
 }
 
+impl Encoded {
+    /// Forgets the first message's place (a message the engine added, such as the tools' system
+    /// message): its content range and its lead, so that index k names the request's message k.
+    pub fn drop_first_message(&mut self) {
+        if !self.contents.is_empty() {
+            self.contents.remove(0);
+        }
+        if !self.leads.is_empty() {
+            self.leads.remove(0);
+        }
+    }
+}
+
 /// The marker a message's field (its content, its author's name, a tool call's name or arguments)
 /// is rendered as: `FIELD`, the field's index, `END`; private-use characters, so that no template
 /// writes them itself.
