@@ -61,6 +61,36 @@ async fn cached_equals_cold() {
     log!("60 random splits on the tiny model: largest logit difference {worst:e}");
 }
 
+gpu_test!(a_follow_up_over_an_answer_equals_a_cold_run_bit_for_bit, follow_up_over_an_answer);
+
+/// A chat's follow-up: the prompt, the answer the engine generated, then new tokens. The answer's
+/// positions are reused, and the last logits equal a cold run's bit for bit (the decode kernels
+/// sum in another order than prefill: the answer's K/V are computed again by prefill before
+/// they are kept).
+async fn follow_up_over_an_answer() {
+    let opts = EngineOptions { context: Some(256), kv_budget_mb: Some(1.0), page_size: 4, chunk: 16, ..EngineOptions::default() };
+    let mut warm = tiny(opts.clone()).await;
+    let mut cold = tiny(EngineOptions { cache: false, ..opts }).await;
+    let mut rng = Rng(5);
+    for _ in 0..8 {
+        let n = 2 + rng.below(60);
+        let prompt: Vec<u32> = (0..n).map(|_| rng.below(256) as u32).collect();
+        warm.clear_cache();
+        let answer = warm.generate(&prompt, &greedy(12), |_| {}).await.unwrap();
+        let mut follow = prompt.clone();
+        follow.extend(&answer.tokens);
+        follow.extend([rng.below(256) as u32, rng.below(256) as u32]);
+        let w = warm.generate(&follow, &greedy(1), |_| {}).await.unwrap();
+        assert!(w.cached_tokens > n, "{n}-token prompt: the answer's positions are reused ({} cached)", w.cached_tokens);
+        let c = cold.generate(&follow, &greedy(1), |_| {}).await.unwrap();
+        let (wl, cl) = (warm.last_logits().await.unwrap(), cold.last_logits().await.unwrap());
+        let same = wl.iter().zip(&cl).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{n}-token prompt + its answer: logits differ by up to {}", max_diff(&wl, &cl));
+        assert_eq!(w.tokens, c.tokens);
+        warm.audit_cache().unwrap();
+    }
+}
+
 fn doc(seed: u64, words: usize) -> String {
     const WORDS: [&str; 16] = [
         "the", "canal", "ship", "lock", "water", "river", "engineer", "treaty", "lake", "dam", "year", "route", "cargo", "harbor", "tide",

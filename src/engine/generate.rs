@@ -18,7 +18,9 @@ const DECODE_AHEAD: usize = 8;
 impl Engine {
     /// Generates from `prompt` over the resident cache, calling `on_text` with each piece of
     /// decoded text as it becomes final (valid UTF-8, never part of a stop string). The prompt's
-    /// K/V, and the completion's, stay resident for later requests with the same salt.
+    /// K/V, and the completion's (computed again by prefill once it is done, so that a request
+    /// reusing them computes what a cold run does), stay resident for later requests with the
+    /// same salt; an aborted request keeps its prompt's only.
     ///
     /// A page-accounting fault ([`Error::CacheCorrupt`], a bug) clears the cache before it is
     /// returned, and its message says so: later requests run cold instead of failing too.
@@ -218,6 +220,21 @@ impl Engine {
             self.gpu.finish().await?;
             t_first = now_ms();
             t_end = t_first;
+        }
+        // The completion tokens fed back got their K/V from the decode kernels, which sum in
+        // another order than prefill's, so a later request reusing them (a chat's follow-up)
+        // would not compute what a cold run does. They are computed again by prefill, whose rows
+        // are the same whatever chunk they land in, before they are kept; an aborted request
+        // keeps its prompt only.
+        let fed = seq.len();
+        if fed > prompt.len() {
+            seq.truncate(prompt.len())?;
+            if finish != Finish::Abort {
+                for chunk in recent[prompt.len()..fed].chunks(self.model.opts.chunk) {
+                    self.cache.ensure_free(seq.pages_needed(chunk.len()))?;
+                    self.model.forward(&self.gpu, &self.cache.kv, &mut seq, chunk, Logits::None).await?;
+                }
+            }
         }
         // Keep what this request computed resident: the prompt and the completion tokens fed back.
         self.cache.keep(&params.cache_salt, &recent[..seq.len()], &seq)?;
