@@ -343,3 +343,22 @@ fn bad_structured_requests_are_invalid_requests() {
     let ok = run(&mut e, json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}));
     assert!(ok.usage.completion_tokens > 0);
 }
+
+/// A model whose logits are all NaN, answering under a grammar: the model's numerics
+/// (`Numerics`, as without a grammar), not a grammar with no token left (`InvalidArgument`).
+#[test]
+fn a_row_of_nan_under_a_grammar_is_numerics() {
+    let file = hotprefix::testmodel::tiny_gguf_with(1, |_, tensors| {
+        let norm = tensors.iter_mut().find(|t| t.0 == "output_norm.weight").expect("the tiny model has an output norm");
+        assert_eq!(norm.2, 0, "an F32 tensor");
+        norm.3 = f32::NAN.to_le_bytes().repeat(norm.3.len() / 4);
+    });
+    let mut e = load(&file, 256);
+    for format in [json!({"type": "json_object"}), json!({"type": "text"})] {
+        let r = request(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "response_format": format}));
+        match pollster::block_on(e.chat(&r, |_| {})) {
+            Err(Error::Numerics(m)) => assert!(m.contains("NaN"), "{m}"),
+            other => panic!("{format}: expected Numerics, got {other:?}"),
+        }
+    }
+}

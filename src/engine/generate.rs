@@ -313,6 +313,10 @@ impl Engine {
             Some(id) => id,
             None => {
                 let mut logits = self.model.read_logits(&self.gpu, 1).await?;
+                // A row of NaN is the model's numerics, whatever the grammar allows.
+                if logits.iter().all(|l| l.is_nan()) {
+                    return Err(Error::Numerics("every logit of the row is NaN".into()));
+                }
                 let mut any = false;
                 for (i, l) in logits.iter_mut().enumerate() {
                     if ok(i as u32) {
