@@ -34,6 +34,12 @@ pub struct Shape {
     /// model with both: the context window picks them, so a file saved under the other is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub long_rope: Option<String>,
+    /// What computed the pages: the adapter (its whole info: name, vendor, device, backend, driver)
+    /// and the kernel variant. K/V
+    /// that other kernels or another driver computed are not what a cold run here computes, so a
+    /// file saved elsewhere (or before a driver update) is refused and the prompts run cold.
+    #[serde(default)]
+    pub kernels: String,
 }
 
 /// One saved prefix: its salt, its tokens, and the indices of its pages in the file.
@@ -136,7 +142,7 @@ mod tests {
     use super::*;
 
     fn shape() -> Shape {
-        Shape { model: "m".into(), kv: KvShape { layers: 2, kv_heads: 1, head_dim: 4 }, page_size: 2, long_rope: None }
+        Shape { model: "m".into(), kv: KvShape { layers: 2, kv_heads: 1, head_dim: 4 }, page_size: 2, long_rope: None, kernels: "k".into() }
     }
 
     fn file() -> Vec<u8> {
@@ -176,6 +182,9 @@ mod tests {
         // K rotated with LongRoPE's other factors.
         let long = Shape { long_rope: Some("long".into()), ..shape() };
         assert!(matches!(decode(&f, &long, 32, 10), Err(Error::CacheFile(_))), "a file of the other RoPE factors was accepted");
+        // K/V computed by other kernels, or on another adapter or driver.
+        let elsewhere = Shape { kernels: "other adapter".into(), ..shape() };
+        assert!(matches!(decode(&f, &elsewhere, 32, 10), Err(Error::CacheFile(_))), "a file computed by other kernels was accepted");
         assert!(decode(&f, &shape(), 32, 3).is_err(), "tokens past the vocabulary");
     }
 

@@ -656,6 +656,8 @@ impl Engine {
             kv: cfg.kv_shape(),
             page_size: self.cache.page_size(),
             long_rope: self.model.long_rope().map(str::to_string),
+            // The whole adapter info (browsers leave its name empty but give vendor and device).
+            kernels: format!("{:?}; {:?} kernels", self.gpu.info, self.model.kernels()),
         }
     }
 
