@@ -91,6 +91,29 @@ async fn follow_up_over_an_answer() {
     }
 }
 
+gpu_test!(a_partial_page_that_is_the_only_room_is_recomputed_not_refused, partial_page_as_the_only_room);
+
+/// A pool of 4 pages of 4 positions, all held by one 13-token prefix (3 full pages and 1 position
+/// of the fourth). A 15-token prompt extending it needs 1 page beyond the 3 it shares: the partly
+/// matching page is the only one evictable, so it cannot be both copied and the room the copy
+/// needs. The request runs, computing that position again, as a cold run would.
+async fn partial_page_as_the_only_room() {
+    let probe = tiny(EngineOptions { context: Some(16), page_size: 4, kv_budget_mb: Some(1.0), ..EngineOptions::default() }).await;
+    let page_mb = 1.0 / probe.cache_stats().pages_total as f64;
+    let opts = EngineOptions { context: Some(16), page_size: 4, kv_budget_mb: Some(page_mb * 4.5), chunk: 16, ..EngineOptions::default() };
+    let mut e = tiny(opts.clone()).await;
+    assert_eq!(e.cache_stats().pages_total, 4);
+    let mut cold = tiny(EngineOptions { cache: false, ..opts }).await;
+    let prompt: Vec<u32> = (0..15).map(|i| 40 + 7 * i).collect();
+    e.generate(&prompt[..13], &greedy(0), |_| {}).await.unwrap();
+    let w = e.generate(&prompt, &greedy(1), |_| {}).await.expect("the request fits the pool");
+    assert_eq!(w.cached_tokens, 12, "the 3 shared pages; the partly matching position is computed");
+    let c = cold.generate(&prompt, &greedy(1), |_| {}).await.unwrap();
+    assert_eq!(w.tokens, c.tokens);
+    assert_eq!(max_diff(&e.last_logits().await.unwrap(), &cold.last_logits().await.unwrap()), 0.0);
+    e.audit_cache().unwrap();
+}
+
 fn doc(seed: u64, words: usize) -> String {
     const WORDS: [&str; 16] = [
         "the", "canal", "ship", "lock", "water", "river", "engineer", "treaty", "lake", "dam", "year", "route", "cargo", "harbor", "tide",

@@ -75,7 +75,7 @@ impl Engine {
         // A request that generates needs the last prompt token's logits: it is always computed.
         let decode = params.max_tokens > 0;
         m.limit(if decode { prompt.len() - 1 } else { prompt.len() }, ps);
-        let cached = m.tokens(ps);
+        let mut cached = m.tokens(ps);
         let mut seq = self.cache.kv.sequence(self.context_size());
         seq.adopt_prefix(&m.full_pages)?;
         // Every page this request may write, beyond those it shares, must be free or evictable.
@@ -87,7 +87,13 @@ impl Engine {
         }
         let t_prefill = now_ms();
         if let Some((src, n)) = m.partial {
-            self.cache.copy_partial(&self.gpu, &mut seq, src, n).await?;
+            match self.cache.copy_partial(&self.gpu, &mut seq, src, n).await {
+                // The check above counted the source page as evictable, but the copy holds it: when
+                // it was the only room, its n positions are computed instead (the request needs the
+                // same pages either way).
+                Err(Error::CacheFull { .. }) => cached -= n,
+                r => r?,
+            }
         }
         let rest = &prompt[cached..];
         let chunks: Vec<&[u32]> = rest.chunks(self.model.opts.chunk).collect();
