@@ -362,3 +362,39 @@ fn a_row_of_nan_under_a_grammar_is_numerics() {
         }
     }
 }
+
+/// Head truncation on a template without tools (the convention renders a tool's result as a user
+/// turn): the kept history never starts at a tool's result, whose call would have been dropped.
+#[test]
+fn truncation_never_keeps_a_tool_result_without_its_call() {
+    let mut e = load(&hotprefix::testmodel::tiny_gguf(1), 640);
+    let tools = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
+    let mut orphans = Vec::new();
+    let mut cut = 0;
+    for words in (60..300).step_by(8) {
+        let call = |id: &str| json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]});
+        let msgs = json!([
+            {"role": "system", "content": "Answer."},
+            {"role": "user", "content": "canal ".repeat(words)},
+            call("call_1"),
+            {"role": "tool", "tool_call_id": "call_1", "content": "lock gate water"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "and the lake?"},
+            call("call_2"),
+            {"role": "tool", "tool_call_id": "call_2", "content": "gatun"},
+            {"role": "assistant", "content": "fine"},
+            {"role": "user", "content": "why?"},
+        ]);
+        let r = run(&mut e, json!({"messages": msgs, "tools": tools, "tool_choice": "none", "max_tokens": 1}));
+        let d = r.cache.dropped_messages;
+        if d > 0 {
+            cut += 1;
+            let first = &msgs[1 + d];
+            if first["role"] != "user" {
+                orphans.push((words, d, first["role"].clone()));
+            }
+        }
+    }
+    assert!(cut > 3, "the history overflowed in {cut} cases only");
+    assert!(orphans.is_empty(), "kept histories starting at a non-user message (words, dropped, role): {orphans:?}");
+}

@@ -391,8 +391,15 @@ impl Prompter<'_> {
     }
 
     /// Head truncation (`truncate::plan`) to `context` positions less `max_tokens`: the messages
-    /// kept, encoded, and their indices.
+    /// kept, encoded, and their indices. The kept history starts at a user turn.
     pub fn fit(&self, messages: &[Message], max_tokens: usize, context: usize) -> Result<(Encoded, Vec<usize>)> {
+        let turns: Vec<bool> = messages.iter().map(|m| m.role == "user").collect();
+        self.fit_turns(messages, &turns, max_tokens, context)
+    }
+
+    /// [`Self::fit`] with the messages a kept history may start at (`turns[i]`): a tool's result
+    /// rendered as a user turn (the tools convention) is none, since its call would be dropped.
+    pub fn fit_turns(&self, messages: &[Message], turns: &[bool], max_tokens: usize, context: usize) -> Result<(Encoded, Vec<usize>)> {
         let room = context.checked_sub(max_tokens).ok_or(Error::ContextFull { needed: max_tokens, capacity: context })?;
         let full = self.encode(messages)?;
         if full.ids.len() <= room {
@@ -405,8 +412,10 @@ impl Prompter<'_> {
             .map(|(m, r)| {
                 let tokens = r.end - prev_end;
                 prev_end = r.end;
-                truncate::Item { tokens, pinned: m.pinned || m.role == "system", is_user: m.role == "user" }
+                truncate::Item { tokens, pinned: m.pinned || m.role == "system", is_user: false }
             })
+            .zip(turns.iter().chain(std::iter::repeat(&false)))
+            .map(|(item, &is_user)| truncate::Item { is_user, ..item })
             .collect();
         let tail = full.ids.len() - prev_end;
         // Templates can render a message differently by its neighbours; move the cut a step
