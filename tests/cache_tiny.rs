@@ -471,10 +471,13 @@ async fn divergence_beside_tools() {
     let mut chars = Vec::new();
     for with_tools in [false, true] {
         let gpu = dual::gpu().await;
-        let mut e = Engine::load(gpu, &file, EngineOptions { context: Some(512), kv_budget_mb: Some(1.0), ..EngineOptions::default() }).await.unwrap();
+        let mut e = Engine::load(gpu, &file, EngineOptions { context: Some(512), kv_budget_mb: Some(1.0), ..EngineOptions::default() })
+            .await
+            .unwrap();
         let req = |content: &str| {
             let t = if with_tools { tools } else { "" };
-            ChatRequest::from_json(&format!(r#"{{{t} "messages": [{{"role": "user", "content": "{content}"}}], "max_tokens": 1}}"#)).unwrap()
+            ChatRequest::from_json(&format!(r#"{{{t} "messages": [{{"role": "user", "content": "{content}"}}], "max_tokens": 1}}"#))
+                .unwrap()
         };
         e.chat(&req("   lock gate canal water"), |_| {}).await.unwrap();
         let r = e.chat(&req("   lock gate river water"), |_| {}).await.unwrap();

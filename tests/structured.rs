@@ -332,13 +332,18 @@ fn bad_structured_requests_are_invalid_requests() {
     // not cut. Under "auto" the same stop is taken (it ends the text around a call).
     let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
     for choice in [json!("required"), json!({"type": "function", "function": {"name": "f"}})] {
-        let r = request(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "tools": tools, "tool_choice": choice, "stop": ["}"]}));
+        let r = request(
+            json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "tools": tools, "tool_choice": choice, "stop": ["}"]}),
+        );
         match pollster::block_on(e.chat(&r, |_| {})) {
             Err(Error::InvalidArgument(m)) => assert!(m.contains("stop with tool_choice"), "{m}"),
             other => panic!("{choice}: expected InvalidArgument, got {other:?}"),
         }
     }
-    run(&mut e, json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "tools": tools, "tool_choice": "auto", "stop": ["}"]}));
+    run(
+        &mut e,
+        json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "tools": tools, "tool_choice": "auto", "stop": ["}"]}),
+    );
     // The engine still answers.
     let ok = run(&mut e, json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}));
     assert!(ok.usage.completion_tokens > 0);
