@@ -32,15 +32,20 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
+/// The tiny model over pages of 4 and chunks of 16 (many page boundaries, partial pages and chunk
+/// edges), and the same engine with the cache off: the cold run a cached one is compared with.
+async fn warm_and_cold() -> (Engine, Engine) {
+    let opts = EngineOptions { context: Some(256), kv_budget_mb: Some(1.0), page_size: 4, chunk: 16, ..EngineOptions::default() };
+    (tiny(opts.clone()).await, tiny(EngineOptions { cache: false, ..opts }).await)
+}
+
 gpu_test!(cached_equals_cold_on_many_random_splits, cached_equals_cold);
 
 /// Random prompts split at random points, over pages of 4 (many page boundaries and partial
 /// pages): prewarm the head, then run the whole prompt. Exactly the head is cached, and the
 /// last logits and the greedy tokens equal a cold run's.
 async fn cached_equals_cold() {
-    let opts = EngineOptions { context: Some(256), kv_budget_mb: Some(1.0), page_size: 4, chunk: 16, ..EngineOptions::default() };
-    let mut warm = tiny(opts.clone()).await;
-    let mut cold = tiny(EngineOptions { cache: false, ..opts }).await;
+    let (mut warm, mut cold) = warm_and_cold().await;
     let mut rng = Rng(5);
     let mut worst = 0f32;
     for _ in 0..60 {
@@ -68,9 +73,7 @@ gpu_test!(a_follow_up_over_an_answer_equals_a_cold_run_bit_for_bit, follow_up_ov
 /// sum in another order than prefill: the answer's K/V are computed again by prefill before
 /// they are kept).
 async fn follow_up_over_an_answer() {
-    let opts = EngineOptions { context: Some(256), kv_budget_mb: Some(1.0), page_size: 4, chunk: 16, ..EngineOptions::default() };
-    let mut warm = tiny(opts.clone()).await;
-    let mut cold = tiny(EngineOptions { cache: false, ..opts }).await;
+    let (mut warm, mut cold) = warm_and_cold().await;
     let mut rng = Rng(5);
     for _ in 0..8 {
         let n = 2 + rng.below(60);

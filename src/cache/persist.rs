@@ -35,9 +35,9 @@ pub struct Shape {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub long_rope: Option<String>,
     /// What computed the pages: the adapter (its whole info: name, vendor, device, backend, driver)
-    /// and the kernel variant. K/V
-    /// that other kernels or another driver computed are not what a cold run here computes, so a
-    /// file saved elsewhere (or before a driver update) is refused and the prompts run cold.
+    /// and the kernel variant. K/V that other kernels or another driver computed are not what a
+    /// cold run here computes, so a file saved elsewhere (or before a driver update) is refused
+    /// and the prompts run cold.
     #[serde(default)]
     pub kernels: String,
 }

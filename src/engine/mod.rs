@@ -489,7 +489,7 @@ impl Engine {
         // A kept history starts at one of the request's user turns: never at a tool's result,
         // which the tools convention renders as a user turn (its call would be cut off).
         let turns: Vec<bool> = std::iter::repeat_n(false, added as usize).chain(req.messages.iter().map(|m| m.role == "user")).collect();
-        let (mut enc, mut kept) = prompter.fit_turns(&messages, &turns, req.max_tokens, context)?;
+        let (mut enc, mut kept) = prompter.fit(&messages, &turns, req.max_tokens, context)?;
         if added {
             // The tools' system message is no message of the request: positions and warnings
             // name the request's own messages (it counts as the template's text).

@@ -391,15 +391,10 @@ impl Prompter<'_> {
     }
 
     /// Head truncation (`truncate::plan`) to `context` positions less `max_tokens`: the messages
-    /// kept, encoded, and their indices. The kept history starts at a user turn.
-    pub fn fit(&self, messages: &[Message], max_tokens: usize, context: usize) -> Result<(Encoded, Vec<usize>)> {
-        let turns: Vec<bool> = messages.iter().map(|m| m.role == "user").collect();
-        self.fit_turns(messages, &turns, max_tokens, context)
-    }
-
-    /// [`Self::fit`] with the messages a kept history may start at (`turns[i]`): a tool's result
-    /// rendered as a user turn (the tools convention) is none, since its call would be dropped.
-    pub fn fit_turns(&self, messages: &[Message], turns: &[bool], max_tokens: usize, context: usize) -> Result<(Encoded, Vec<usize>)> {
+    /// kept, encoded, and their indices. The kept history starts at a message whose `turns[i]` is
+    /// true: a user turn of the request (not a tool's result that the tools convention renders as
+    /// a user turn, whose call would be dropped).
+    pub fn fit(&self, messages: &[Message], turns: &[bool], max_tokens: usize, context: usize) -> Result<(Encoded, Vec<usize>)> {
         let room = context.checked_sub(max_tokens).ok_or(Error::ContextFull { needed: max_tokens, capacity: context })?;
         let full = self.encode(messages)?;
         if full.ids.len() <= room {
@@ -409,13 +404,12 @@ impl Prompter<'_> {
         let items: Vec<truncate::Item> = messages
             .iter()
             .zip(&full.contents)
-            .map(|(m, r)| {
+            .zip(turns.iter().chain(std::iter::repeat(&false)))
+            .map(|((m, r), &is_user)| {
                 let tokens = r.end - prev_end;
                 prev_end = r.end;
-                truncate::Item { tokens, pinned: m.pinned || m.role == "system", is_user: false }
+                truncate::Item { tokens, pinned: m.pinned || m.role == "system", is_user }
             })
-            .zip(turns.iter().chain(std::iter::repeat(&false)))
-            .map(|(item, &is_user)| truncate::Item { is_user, ..item })
             .collect();
         let tail = full.ids.len() - prev_end;
         // Templates can render a message differently by its neighbours; move the cut a step
