@@ -202,6 +202,33 @@ async fn failures_leave_the_cache_consistent_body() {
     assert_eq!(next.tokens, want, "after a refusal and an abort the answer equals a cold one");
 }
 
+gpu_test!(an_abort_after_the_last_token_reports_a_complete_answer, abort_after_the_last_token);
+
+/// An abort that lands while the answer's last token (by `max_tokens`) is computed does not turn
+/// the complete answer into an aborted one: it ends by length, with the same text.
+async fn abort_after_the_last_token() {
+    let opts = EngineOptions { context: Some(512), page_size: 8, ..EngineOptions::default() };
+    let mut e = tiny(opts.clone()).await;
+    let mut rng = Rng(5);
+    // A prompt whose one-token answer is a whole character (the tiny vocabulary's tokens are
+    // bytes), so that its text is handed out in the decode loop, where the abort below lands.
+    let mut found = None;
+    for _ in 0..64 {
+        let prompt: Vec<u32> = (0..40).map(|_| rng.below(256) as u32).collect();
+        let dry = e.generate(&prompt, &greedy(1), |_| {}).await.unwrap();
+        if !dry.text.is_empty() && !dry.text.contains('\u{FFFD}') {
+            found = Some((prompt, dry));
+            break;
+        }
+    }
+    let (prompt, dry) = found.expect("a prompt whose first token is a whole character");
+    let stop = AbortSignal::new();
+    let params = GenerateParams { abort: Some(stop.clone()), ..greedy(1) };
+    let a = e.generate(&prompt, &params, |_| stop.abort()).await.unwrap();
+    assert!(stop.is_aborted(), "the text was handed out");
+    assert_eq!((a.finish, &a.tokens, &a.text), (Finish::Length, &dry.tokens, &dry.text), "the answer was complete when the abort landed");
+}
+
 gpu_test!(a_saved_cache_restores_exactly_and_a_bad_one_changes_nothing, saved_cache);
 
 /// `save_cache` then `restore_cache` into a fresh engine: the same prefixes are resident, the next

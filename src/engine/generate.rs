@@ -176,11 +176,13 @@ impl Engine {
                     on_text(&text[emitted..safe]);
                     emitted = safe;
                 }
-                if params.abort.as_ref().is_some_and(|a| a.is_aborted()) {
-                    finish = Finish::Abort;
+                // A complete answer is reported as such even when an abort landed while its last
+                // token was computed: the length is checked first.
+                if out.len() == params.max_tokens {
                     break;
                 }
-                if out.len() == params.max_tokens {
+                if params.abort.as_ref().is_some_and(|a| a.is_aborted()) {
+                    finish = Finish::Abort;
                     break;
                 }
                 let constrained = grammar.is_some() && trigger.is_none();
