@@ -226,28 +226,37 @@ impl ChatTemplate {
         env.set_fuel(Some(FUEL));
         env.set_recursion_limit(RECURSION_LIMIT);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        // Hugging Face's `tojson` is Python's `json.dumps` (", ", ": "; `indent`), which the models
-        // were trained on; minijinja's own writes compact JSON.
+        // Hugging Face's `tojson` is Python's `json.dumps(x, ensure_ascii=False, indent=None,
+        // separators=None, sort_keys=False)` (", ", ": "), which the models were trained on;
+        // minijinja's own writes compact JSON. Every option it takes is honoured; others refused.
         env.add_filter(
             "tojson",
             |v: minijinja::Value, kwargs: minijinja::value::Kwargs| -> std::result::Result<String, minijinja::Error> {
-                let indent: Option<usize> = kwargs.get("indent")?;
-                let _: Option<bool> = kwargs.get("ensure_ascii")?;
-                let _: Option<bool> = kwargs.get("sort_keys")?;
+                let bad = |m: String| minijinja::Error::new(ErrorKind::InvalidOperation, m);
+                let mut py = crate::text::tools::PyJson::default();
+                if let Some(indent) = kwargs.get::<Option<minijinja::Value>>("indent")?.filter(|i| !i.is_none()) {
+                    py.indent = Some(match (indent.as_str(), i64::try_from(indent.clone())) {
+                        (Some(s), _) => s.to_string(),
+                        (None, Ok(n)) => " ".repeat(usize::try_from(n).unwrap_or(0).min(64)),
+                        _ => return Err(bad(format!("tojson: indent must be a number or a string, not {indent}"))),
+                    });
+                }
+                if let Some(seps) = kwargs.get::<Option<minijinja::Value>>("separators")?.filter(|s| !s.is_none()) {
+                    let parts: Vec<String> = seps
+                        .try_iter()
+                        .map_err(|_| bad(format!("tojson: separators must be a pair of strings, not {seps}")))?
+                        .map(|p| p.as_str().map(str::to_string))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| bad(format!("tojson: separators must be a pair of strings, not {seps}")))?;
+                    let [item, key] = <[String; 2]>::try_from(parts)
+                        .map_err(|_| bad(format!("tojson: separators must be a pair of strings, not {seps}")))?;
+                    py.separators = Some((item, key));
+                }
+                py.ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
+                py.sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
                 kwargs.assert_all_used()?;
-                let json = serde_json::to_value(&v).map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
-                Ok(match indent {
-                    Some(n) => {
-                        let mut out = Vec::new();
-                        let indent = " ".repeat(n);
-                        let fmt = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
-                        let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-                        serde::Serialize::serialize(&json, &mut ser)
-                            .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
-                        String::from_utf8_lossy(&out).into_owned()
-                    }
-                    None => crate::text::tools::python_json(&json),
-                })
+                let json = serde_json::to_value(&v).map_err(|e| bad(e.to_string()))?;
+                Ok(py.dumps(&json))
             },
         );
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
@@ -423,6 +432,33 @@ mod tests {
         let many: Vec<Message> = (0..20_000).map(|i| Message::new(if i % 2 == 0 { "user" } else { "assistant" }, "hi")).collect();
         let s = t.render(&many, false).unwrap();
         assert_eq!(s.matches("<|im_end|>").count(), 20_001, "the default system prompt and every message");
+    }
+
+    #[test]
+    fn tojson_writes_as_hugging_face_does() {
+        // Expected: jinja2 with Hugging Face's `tojson` (json.dumps with these options). Keys keep
+        // the order they were given in, as Python dicts do.
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}]);
+        let t = ChatTemplate::new("{{ tools[0] | tojson }}", "", "").unwrap();
+        assert_eq!(
+            t.render_with_tools(&[], Some(&tools), false).unwrap(),
+            r#"{"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}"#
+        );
+        let cases = [
+            ("{{ {'b': 1, 'a': 2} | tojson }}", r#"{"b": 1, "a": 2}"#),
+            ("{% for k, v in {'b': 1, 'a': 2}.items() %}{{ k }}{% endfor %}", "ba"),
+            ("{{ {'b': 1, 'a': 'é'} | tojson(sort_keys=true, ensure_ascii=true) }}", r#"{"a": "\u00e9", "b": 1}"#),
+            ("{{ {'a': [1, 2]} | tojson(separators=(',', ':')) }}", r#"{"a":[1,2]}"#),
+            ("{{ {'a': [1]} | tojson(indent=2) }}", "{\n  \"a\": [\n    1\n  ]\n}"),
+            ("{{ {'m': 0.00001, 'n': 2.0} | tojson }}", r#"{"m": 1e-05, "n": 2.0}"#),
+        ];
+        for (src, want) in cases {
+            let t = ChatTemplate::new(src, "", "").unwrap();
+            assert_eq!(t.render(&[], false).unwrap(), want, "{src}");
+        }
+        // An option json.dumps has that the filter does not take is refused, not ignored.
+        let t = ChatTemplate::new("{{ 1 | tojson(default=none) }}", "", "").unwrap();
+        assert!(t.render(&[], false).is_err());
     }
 
     #[test]

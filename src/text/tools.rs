@@ -128,36 +128,154 @@ pub fn canonical(v: &Value) -> Value {
 /// JSON as Python's `json.dumps(v, ensure_ascii=False)` writes it (", " and ": "), which Hugging
 /// Face's `tojson` filter writes into a template and models were trained on.
 pub fn python_json(v: &Value) -> String {
-    let mut out = String::new();
-    write_python(v, &mut out);
-    out
+    PyJson::default().dumps(v)
 }
 
-fn write_python(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(m) => {
-            out.push('{');
-            for (i, (k, v)) in m.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push_str(": ");
-                write_python(v, out);
-            }
-            out.push('}');
+/// The options of Python's `json.dumps` that Hugging Face's `tojson` filter passes on (`indent`,
+/// `separators`, `ensure_ascii`, `sort_keys`), with its defaults: written here because no crate
+/// writes JSON as Python does (its separators, its `repr` of floats, `\uXXXX` escapes).
+#[derive(Clone, Debug, Default)]
+pub struct PyJson {
+    /// Newline and this indent per level (Python's `indent`: a number of spaces, or a string).
+    pub indent: Option<String>,
+    /// The item and key separators (Python's default: `", "` and `": "`, or `","` and `": "`
+    /// with an indent).
+    pub separators: Option<(String, String)>,
+    /// Every character past ASCII as `\uXXXX` (surrogate pairs past the BMP).
+    pub ensure_ascii: bool,
+    /// Objects' keys in code point order.
+    pub sort_keys: bool,
+}
+
+impl PyJson {
+    /// `v` as `json.dumps` writes it with these options.
+    pub fn dumps(&self, v: &Value) -> String {
+        let mut out = String::new();
+        self.write(v, 0, &mut out);
+        out
+    }
+
+    fn seps(&self) -> (&str, &str) {
+        match &self.separators {
+            Some((i, k)) => (i, k),
+            None if self.indent.is_some() => (",", ": "),
+            None => (", ", ": "),
         }
-        Value::Array(a) => {
-            out.push('[');
-            for (i, v) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_python(v, out);
+    }
+
+    fn newline(&self, level: usize, out: &mut String) {
+        if let Some(ind) = &self.indent {
+            out.push('\n');
+            for _ in 0..level {
+                out.push_str(ind);
             }
-            out.push(']');
         }
-        other => out.push_str(&other.to_string()),
+    }
+
+    fn write(&self, v: &Value, level: usize, out: &mut String) {
+        let (item_sep, key_sep) = self.seps();
+        match v {
+            Value::Object(m) if !m.is_empty() => {
+                let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+                if self.sort_keys {
+                    entries.sort_by(|a, b| a.0.cmp(b.0));
+                }
+                out.push('{');
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(item_sep);
+                    }
+                    self.newline(level + 1, out);
+                    self.string(k, out);
+                    out.push_str(key_sep);
+                    self.write(v, level + 1, out);
+                }
+                self.newline(level, out);
+                out.push('}');
+            }
+            Value::Array(a) if !a.is_empty() => {
+                out.push('[');
+                for (i, v) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(item_sep);
+                    }
+                    self.newline(level + 1, out);
+                    self.write(v, level + 1, out);
+                }
+                self.newline(level, out);
+                out.push(']');
+            }
+            Value::Object(_) => out.push_str("{}"),
+            Value::Array(_) => out.push_str("[]"),
+            Value::String(s) => self.string(s, out),
+            Value::Number(n) => match n.as_f64().filter(|_| n.is_f64()) {
+                Some(f) => out.push_str(&python_float(f)),
+                None => out.push_str(&n.to_string()),
+            },
+            other => out.push_str(&other.to_string()),
+        }
+    }
+
+    /// A string as Python's `json` encoder escapes it.
+    fn string(&self, s: &str, out: &mut String) {
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                c if (c as u32) < 0x20 || (self.ensure_ascii && (c as u32) > 0x7e) => {
+                    let mut units = [0u16; 2];
+                    for u in c.encode_utf16(&mut units) {
+                        out.push_str(&format!("\\u{:04x}", u));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+}
+
+/// A float as Python's `repr` writes it (the shortest digits that read back, as Rust's; fixed
+/// notation for exponents −4 to 15, else `1e-05`, `1.5e+16`).
+pub fn python_float(f: f64) -> String {
+    if !f.is_finite() {
+        return (if f.is_nan() {
+            "NaN"
+        } else if f > 0.0 {
+            "Infinity"
+        } else {
+            "-Infinity"
+        })
+        .into();
+    }
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => ("-", m),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    if (-4..16).contains(&exp) {
+        let body = if exp < 0 {
+            format!("0.{}{digits}", "0".repeat((-exp - 1) as usize))
+        } else {
+            let int_len = exp as usize + 1;
+            if digits.len() > int_len {
+                format!("{}.{}", &digits[..int_len], &digits[int_len..])
+            } else {
+                format!("{digits}{}.0", "0".repeat(int_len - digits.len()))
+            }
+        };
+        format!("{sign}{body}")
+    } else {
+        format!("{sign}{mantissa}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
     }
 }
 
@@ -582,6 +700,37 @@ pub fn split_calls(text: &str) -> (String, Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn python_json_writes_as_json_dumps() {
+        // Each expected text is what Python 3's json.dumps writes for these options.
+        let v = json!({"b": [1, 2.5, {"z": null, "a": "é\u{1F600}\n\u{1}"}], "a": {}, "c": [], "d": 1e-5, "e": 1e16, "f": 100.0, "g": -0.00012});
+        assert_eq!(
+            python_json(&v),
+            r#"{"b": [1, 2.5, {"z": null, "a": "é😀\n\u0001"}], "a": {}, "c": [], "d": 1e-05, "e": 1e+16, "f": 100.0, "g": -0.00012}"#
+        );
+        let opts = PyJson { ensure_ascii: true, sort_keys: true, ..PyJson::default() };
+        assert_eq!(
+            opts.dumps(&v),
+            r#"{"a": {}, "b": [1, 2.5, {"a": "\u00e9\ud83d\ude00\n\u0001", "z": null}], "c": [], "d": 1e-05, "e": 1e+16, "f": 100.0, "g": -0.00012}"#
+        );
+        let opts = PyJson { indent: Some("  ".into()), ..PyJson::default() };
+        assert_eq!(opts.dumps(&json!({"a": [1, {}], "b": []})), "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": []\n}");
+        let opts = PyJson { separators: Some((",".into(), ":".into())), ..PyJson::default() };
+        assert_eq!(opts.dumps(&json!({"a": [1, 2]})), r#"{"a":[1,2]}"#);
+        for (f, py) in [
+            (0.1, "0.1"),
+            (1.0, "1.0"),
+            (123456789012345.6, "123456789012345.6"),
+            (1.5e-7, "1.5e-07"),
+            (2.5e300, "2.5e+300"),
+            (0.0001, "0.0001"),
+            (-0.0, "-0.0"),
+        ] {
+            assert_eq!(python_float(f), py);
+        }
+    }
 
     #[test]
     fn canonical_sorts_keys_at_every_depth() {
