@@ -475,3 +475,19 @@ fn llama3_vocabulary_words_are_whole_as_in_llama_cpp() {
         assert_eq!(t.encode_text(text).unwrap(), want, "{text:?}");
     }
 }
+
+/// The tokens that end generation are llama.cpp's (`llama_vocab_is_eog`) on every file of
+/// models/archs/ (tests/data/archs/eog-ids.json, by scripts/peer/eog_ids.py): its end-of-turn
+/// texts, the fill-in-the-middle pad, repo and file-separator tokens (Qwen's `<|fim_pad|>`,
+/// `<|repo_name|>`, `<|file_sep|>`), EOS, EOT and EOM.
+#[test]
+fn end_of_generation_tokens_match_llama_cpp() {
+    let data: Json = serde_json::from_str(&std::fs::read_to_string(common::root().join("tests/data/archs/eog-ids.json")).unwrap()).unwrap();
+    let files = data["files"].as_object().unwrap();
+    assert!(files.len() >= 10);
+    for (file, want) in files {
+        let g = Gguf::parse(&common::arch_file(file)).unwrap();
+        let t = Tokenizer::from_gguf(&g).unwrap();
+        assert_eq!(t.end_of_generation_ids(&g), ids(want), "{file}");
+    }
+}

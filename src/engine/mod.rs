@@ -194,33 +194,6 @@ pub struct Constrained {
     pub stop_strings: bool,
 }
 
-/// The tokens that end a turn, as llama.cpp finds them (`special_eog_ids`): EOS, the file's
-/// `eot_token_id`/`eom_token_id`, and the control tokens named like the end-of-turn markers of
-/// the model families (`<|im_end|>` ChatML/Qwen, `<|eot_id|>` `<|eom_id|>` Llama-3, `<end_of_turn>`
-/// Gemma, `<|end|>` Phi-3, …).
-fn stop_ids(tokenizer: &Tokenizer, g: &Gguf) -> Vec<u32> {
-    const NAMES: [&str; 9] = [
-        "<|im_end|>",
-        "<|endoftext|>",
-        "<|eot_id|>",
-        "<|eom_id|>",
-        "<end_of_turn>",
-        "<|end|>",
-        "<|end_of_text|>",
-        "<EOT>",
-        "<end_of_utterance>",
-    ];
-    let mut ids: Vec<u32> = NAMES.iter().filter_map(|t| tokenizer.token_id(t)).filter(|&id| tokenizer.is_control(id)).collect();
-    ids.extend(tokenizer.eos_id());
-    for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
-        let id = g.get(key).and_then(|v| v.as_u64()).and_then(|v| u32::try_from(v).ok());
-        ids.extend(id.filter(|&id| (id as usize) < tokenizer.vocab_size()));
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    ids
-}
-
 impl Engine {
     /// Loads a GGUF model (held whole in memory) onto `gpu` and allocates its KV pool.
     pub async fn load(gpu: Gpu, file: &[u8], opts: EngineOptions) -> Result<Engine> {
@@ -261,7 +234,7 @@ impl Engine {
         }
         let kv = model.kv_cache(&gpu, pages, opts.page_size).await?;
         let top_sampling = model.cfg.vocab > crate::engine::sample::TOP_LAYOUT.words();
-        let stop_ids = stop_ids(&tokenizer, g);
+        let stop_ids = tokenizer.end_of_generation_ids(g);
         let cache = ResidentCache::new(kv, opts.cache);
         Ok(Engine {
             gpu,

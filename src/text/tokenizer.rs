@@ -990,6 +990,27 @@ impl Tokenizer {
         self.types.len()
     }
 
+    /// The tokens that end generation, as llama.cpp's `special_eog_ids` holds them: the tokens
+    /// named by an end-of-generation text ([`EOG_TEXTS`], those still control tokens after the
+    /// type fix-ups: gpt-oss's `<|end|>` and Gemma-4's `</s>` are not), the fill-in-the-middle
+    /// pad, repo and file-separator tokens (by key, else by text), and the file's EOS, EOT and
+    /// EOM ids.
+    pub fn end_of_generation_ids(&self, g: &Gguf) -> Vec<u32> {
+        let n = self.vocab_size();
+        let mut ids: Vec<u32> = EOG_TEXTS.iter().filter_map(|t| self.token_id(t)).filter(|&id| self.is_control(id)).collect();
+        for (keys, texts) in &FIM_TEXTS[3..] {
+            let by_key = keys.iter().find_map(|k| g.get(k).and_then(|v| token_index(v, n)));
+            ids.extend(by_key.map(|i| i as u32).or_else(|| texts.iter().filter_map(|t| self.token_id(t)).min()));
+        }
+        ids.extend(self.eos);
+        for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+            ids.extend(g.get(key).and_then(|v| token_index(v, n)).map(|i| i as u32));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
     /// Whether `id` is a control token (`token_type` 3, e.g. `<|im_start|>`, `<|endoftext|>`, or
     /// one llama.cpp makes control by its text, such as `</s>`).
     pub fn is_control(&self, id: u32) -> bool {
