@@ -209,6 +209,8 @@ fn unsupported_tokenizers_are_errors() {
     // A pre-tokenizer hotprefix does not have is refused by name.
     let e = build("gpt2", "gpt-4o").unwrap_err();
     assert!(matches!(&e, Error::Tokenizer(m) if m.contains("\"gpt-4o\"")), "{e}");
+    // Nor a misspelt name llama.cpp refuses ("gpt-2" is the name).
+    assert!(matches!(build("gpt2", "gpt2"), Err(Error::Tokenizer(_))));
     let tiny = build("gpt2", "gpt-2").unwrap();
     assert_eq!(tiny.encode_text("ab").unwrap(), vec![2]);
     assert_eq!(tiny.encode_text("ba").unwrap(), vec![1, 0]);

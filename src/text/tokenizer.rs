@@ -136,8 +136,8 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
     match pre {
         // Each digit on its own, then the GPT-2 regex (llama.cpp: "\p{N}" then the GPT-2 regex).
         "smollm" | "starcoder" => Ok(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()),
-        // The GPT-2 regex alone.
-        "gpt-2" | "gpt2" => Ok(byte_level.into()),
+        // The GPT-2 regex alone. (Only by this name: llama.cpp refuses "gpt2".)
+        "gpt-2" => Ok(byte_level.into()),
         "llama-bpe" | "llama3" => split(LLAMA3_REGEX),
         "qwen2" => split(QWEN2_REGEX),
         // llama.cpp's fallback (a file whose converter did not recognise its pre-tokenizer): four
