@@ -493,3 +493,24 @@ fn end_of_generation_tokens_match_llama_cpp() {
         assert_eq!(t.end_of_generation_ids(&g), ids(want), "{file}");
     }
 }
+
+/// Phi-3 files (`general.name` with "phi3" or "phi-3"): llama.cpp gives every control token
+/// `rstrip`, which drops the spaces after it in the whole prompt, the start of the content that
+/// follows included. The prompt encoder (contents encoded apart from the template's text) gives
+/// llama.cpp's ids for the whole string.
+#[test]
+fn phi3_rstrip_reaches_into_the_content() {
+    let mut g = Gguf::parse(&common::arch_file("tiny-spm.gguf")).unwrap();
+    g.metadata.insert("general.name".into(), Value::Str("Phi3 mini".into()));
+    let t = Tokenizer::from_gguf(&g).unwrap();
+    let src = "{% for m in messages %}<start_of_turn>\n{{ m['content'] }}<end_of_turn>\n<start_of_turn>{{ m['role'] }}:{{ m['content'] }}<end_of_turn>{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+    let template = ChatTemplate::new(src, "", "").unwrap();
+    for content in ["  hi", "\n\nhi there ", "hi", "   ", ""] {
+        let messages = [Message::new("user", content)];
+        let text = template.render(&messages, true).unwrap();
+        let mut want: Vec<u32> = if t.add_bos() { t.bos_id().into_iter().collect() } else { vec![] };
+        want.extend(t.encode_with_special(&text).unwrap());
+        let got = Prompter { template: Some(&template), tokenizer: &t, tools: None }.encode(&messages).unwrap();
+        assert_eq!(got.ids, want, "{content:?}");
+    }
+}

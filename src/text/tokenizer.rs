@@ -373,11 +373,12 @@ impl Default for Encoding<'_> {
     }
 }
 
-/// A piece of text after the special-token split: text still to tokenize, or a token.
+/// A piece of text after the special-token split: text still to tokenize, or a token (with its
+/// `lstrip` and `rstrip`, which reach into the pieces around it: [`Tokenizer::encode_pieces`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Fragment<'a> {
     Text(&'a str),
-    Token(u32),
+    Token { id: u32, lstrip: bool, rstrip: bool },
 }
 
 /// llama.cpp's special-token split (`tokenizer_st_partition`): the control, unknown and
@@ -486,7 +487,7 @@ impl Specials {
             if !left.is_empty() {
                 out.push(Fragment::Text(left));
             }
-            out.push(Fragment::Token(special.id));
+            out.push(Fragment::Token { id: special.id, lstrip: special.lstrip, rstrip: special.rstrip });
             text = if special.rstrip { right.trim_start_matches(is_c_space) } else { right };
         }
         if !text.is_empty() {
@@ -861,11 +862,36 @@ impl Tokenizer {
     /// (a token merged across a boundary counts for both pieces). Adds no BOS.
     pub fn encode_pieces(&self, pieces: &[(&str, bool)]) -> Result<(Vec<u32>, Vec<std::ops::Range<usize>>)> {
         let mut out = Encoding::default();
+        // A token's rstrip (lstrip) drops the C spaces after (before) it in the whole prompt, as
+        // llama.cpp strips them in the one string it is given: across piece boundaries too
+        // (Phi-3's tokens strip the start of the content that follows them).
+        let mut strip_next = false;
         for (p, &(text, parse_special)) in pieces.iter().enumerate() {
+            // Stripped before the split: the spaces are gone before a token made of spaces (Gemma
+            // vocabularies have them) can take them, as in llama.cpp, where the longer token
+            // before them strips them first.
+            let text = if strip_next { text.trim_start_matches(is_c_space) } else { text };
+            if text.is_empty() {
+                continue;
+            }
+            strip_next = false;
             for fragment in self.specials.split(text, parse_special)? {
                 match fragment {
-                    Fragment::Text(t) => out.text.push((p, t)),
-                    Fragment::Token(id) => {
+                    Fragment::Text(t) => {
+                        strip_next = false;
+                        out.text.push((p, t));
+                    }
+                    Fragment::Token { id, lstrip, rstrip } => {
+                        if lstrip {
+                            while let Some(last) = out.text.last_mut() {
+                                last.1 = last.1.trim_end_matches(is_c_space);
+                                if !last.1.is_empty() {
+                                    break;
+                                }
+                                out.text.pop();
+                            }
+                        }
+                        strip_next = rstrip;
                         self.flush(&mut out)?;
                         out.ids.push(id);
                         out.pieces.push((p, p));
