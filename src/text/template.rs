@@ -259,6 +259,9 @@ impl ChatTemplate {
                 Ok(py.dumps(&json))
             },
         );
+        // Hugging Face (and llama.cpp) give templates the local time: Llama-3.x's templates write
+        // "Today Date: {strftime_now('%d %b %Y')}" into the system prompt.
+        env.add_function("strftime_now", |fmt: String| -> std::result::Result<String, minijinja::Error> { strftime_now(&fmt) });
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("raise_exception: {msg}")))
         });
@@ -320,6 +323,21 @@ impl ChatTemplate {
         }
         String::from_utf8(out.out).map_err(|_| err("the chat template rendered text that is not UTF-8"))
     }
+}
+
+/// The local time in a `strftime` format (Python's, as chrono reads it); a format chrono does not
+/// read is a template error.
+fn strftime_now(fmt: &str) -> std::result::Result<String, minijinja::Error> {
+    use chrono::format::{Item, StrftimeItems};
+    use std::fmt::Write;
+    let bad = || minijinja::Error::new(ErrorKind::InvalidOperation, format!("strftime_now: {fmt:?} is not a strftime format"));
+    let items: Vec<Item<'_>> = StrftimeItems::new(fmt).collect();
+    if items.iter().any(|i| matches!(i, Item::Error)) {
+        return Err(bad());
+    }
+    let mut out = String::new();
+    write!(out, "{}", chrono::Local::now().format_with_items(items.iter())).map_err(|_| bad())?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -459,6 +477,22 @@ mod tests {
         // An option json.dumps has that the filter does not take is refused, not ignored.
         let t = ChatTemplate::new("{{ 1 | tojson(default=none) }}", "", "").unwrap();
         assert!(t.render(&[], false).is_err());
+    }
+
+    #[test]
+    fn strftime_now_is_the_local_date() {
+        // Llama-3.2's date block, as its template has it.
+        let src = "{%- if not date_string is defined %}{%- if strftime_now is defined %}{%- set date_string = strftime_now(\"%d %b %Y\") %}{%- else %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}{%- endif %}Today Date: {{ date_string }}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let out = t.render(&[], false).unwrap();
+        let date = out.strip_prefix("Today Date: ").unwrap();
+        let parts: Vec<&str> = date.split(' ').collect();
+        assert_eq!(parts.len(), 3, "{out}");
+        assert!(parts[0].len() == 2 && parts[0].bytes().all(|b| b.is_ascii_digit()), "{out}");
+        assert!(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"].contains(&parts[1]), "{out}");
+        assert!(parts[2].parse::<u32>().unwrap() >= 2026, "{out}");
+        let bad = ChatTemplate::new("{{ strftime_now('%Q') }}", "", "").unwrap();
+        assert!(matches!(bad.render(&[], false), Err(Error::Template(_))));
     }
 
     #[test]
