@@ -70,6 +70,46 @@ fn a_tensor_the_loader_does_not_read_is_refused_by_name() {
     check_model_cpu(&extra_tensor("blk.1.attn_v.bias", 32)).expect("a Q/K/V bias is read by every architecture");
 }
 
+/// A tensor of the shared set that llama.cpp's loader does not take for the file's architecture
+/// (QK-norm or Gemma's post-norms on llama, LongRoPE factors beside llama): refused by name, as
+/// llama.cpp refuses the file, not applied. The same QK-norm in a `qwen3` file loads.
+#[test]
+fn a_tensor_the_architecture_does_not_take_is_refused() {
+    let norms = |names: &'static [&'static str], n: u64| {
+        tiny_with(move |_, t| {
+            for l in 0..2 {
+                for w in names {
+                    t.push((format!("blk.{l}.{w}.weight"), vec![n], 0, 1f32.to_le_bytes().repeat(n as usize)));
+                }
+            }
+        })
+    };
+    let cases = [
+        (norms(&["attn_q_norm", "attn_k_norm"], 16), "blk.0.attn_q_norm.weight"),
+        (norms(&["post_attention_norm", "post_ffw_norm"], 96), "blk.0.post_attention_norm.weight"),
+        (extra_tensor("rope_factors_long.weight", 8), "rope_factors_long.weight"),
+    ];
+    for (file, name) in cases {
+        let Err(err) = check_model_cpu(&file) else { panic!("{name} was accepted") };
+        assert!(err.to_string().contains(&format!("tensor {name} is not one hotprefix reads for a llama model")), "{err}");
+    }
+    let qwen3 = tiny_with(|m, t| {
+        let keys: Vec<String> = m.keys().filter(|k| k.starts_with("llama.")).cloned().collect();
+        for k in keys {
+            if let Some(v) = m.remove(&k) {
+                m.insert(k.replacen("llama", "qwen3", 1), v);
+            }
+        }
+        m.insert("general.architecture".into(), Value::Str("qwen3".into()));
+        for l in 0..2 {
+            for w in ["attn_q_norm", "attn_k_norm"] {
+                t.push((format!("blk.{l}.{w}.weight"), vec![16], 0, 1f32.to_le_bytes().repeat(16)));
+            }
+        }
+    });
+    check_model_cpu(&qwen3).expect("QK-norm in a qwen3 file");
+}
+
 /// The reader knows every type llama.cpp defines, so a file with one hotprefix does not run is a
 /// good file with an unsupported format, named with its tensor, not a bad file.
 #[test]

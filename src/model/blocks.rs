@@ -87,7 +87,7 @@ impl Pass<'_, '_> {
         let (m, c, s) = (self.m, &self.m.cfg, &self.m.s);
         let (layer, kv) = (&m.layers[l], &self.kv.layers[l]);
         let (hd, qkv_w) = (c.head_dim, c.qkv_width());
-        let scale = 1.0 / (hd as f32).sqrt();
+        let scale = c.attn_scale;
         // A local layer (Gemma-3) sees its last `window` positions, with its own RoPE table.
         let local = c.swa.as_ref().filter(|w| w.is_local(l));
         let window = local.map_or(0, |w| w.window);

@@ -38,6 +38,8 @@ pub struct Config {
     pub swa: Option<Swa>,
     /// The embedding is multiplied by this (Gemma: √dim; 1 elsewhere).
     pub embed_scale: f32,
+    /// The attention's scale on q·k (1/√(head width) but where the architecture says otherwise).
+    pub attn_scale: f32,
     /// The feed-forward's gate activation (the architecture's).
     pub act: Act,
     /// FFN hidden width.
@@ -140,11 +142,24 @@ impl Config {
         // RoPE scaling: linear is a factor on the positions; the others (YaRN, LongRoPE) are refused.
         // A factor without a type is linear, as in llama.cpp (its default type), which also reads
         // the older `rope.scale_linear`; a factor of 0 means none.
-        let factor = || {
-            let f = [key("rope.scaling.factor"), key("rope.scale_linear")].iter().find_map(|k| g.get(k).and_then(|v| v.as_f64()));
-            f.filter(|&f| f != 0.0).unwrap_or(1.0)
+        // A key of the wrong type is refused, as llama.cpp refuses it ("has wrong type"), not
+        // taken as absent.
+        let num = |k: &str| -> Result<Option<f64>> {
+            match g.get(k) {
+                None => Ok(None),
+                Some(_) => g.f64(k).map(Some),
+            }
         };
-        let rope_linear = match g.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
+        let mut factor = None;
+        for k in [key("rope.scaling.factor"), key("rope.scale_linear")] {
+            factor = factor.or(num(&k)?);
+        }
+        let factor = || factor.filter(|&f| f != 0.0).unwrap_or(1.0);
+        let scaling = match g.get(&key("rope.scaling.type")) {
+            None => None,
+            Some(_) => Some(g.str(&key("rope.scaling.type"))?),
+        };
+        let rope_linear = match scaling {
             Some("none") => 1.0,
             None | Some("linear") => factor(),
             Some(other) => {
@@ -157,6 +172,20 @@ impl Config {
         };
         if let Some(v) = g.get(&key("final_logit_softcapping")) {
             return Err(Error::Model(format!("final logit soft-capping ({v:?}) is not supported")));
+        }
+        // Bidirectional attention (an embedding model converted from `is_causal: false`): the
+        // kernels are causal, so such a file would run as another model.
+        match g.get(&key("attention.causal")) {
+            None | Some(Value::Bool(true)) => {}
+            Some(v) => return Err(Error::Model(format!("{} = {v:?}: only causal attention is supported", key("attention.causal")))),
+        }
+        // The local layers rotating fewer dims than the global ones (llama.cpp reads it for Gemma).
+        if g.get(&key("rope.dimension_count_swa")).is_some() && u("rope.dimension_count_swa")? != n_rot {
+            return Err(Error::Model(format!(
+                "{} = {} beside rope.dimension_count {n_rot} is not supported",
+                key("rope.dimension_count_swa"),
+                u("rope.dimension_count_swa")?
+            )));
         }
         let n_layer = u("block_count")?;
         // Flags for at most one layer past the bound (a larger count is refused below).
@@ -181,7 +210,7 @@ impl Config {
                 Some(Swa {
                     window: u("attention.sliding_window")?,
                     local,
-                    rope_base: g.get(&key("rope.freq_base_swa")).and_then(|v| v.as_f64()).unwrap_or(arch.swa_rope_base),
+                    rope_base: num(&key("rope.freq_base_swa"))?.unwrap_or(arch.swa_rope_base),
                 })
             }
             (_, None) => return Err(Error::Model(format!("{} file without {}", arch.name, key("attention.sliding_window")))),
@@ -202,11 +231,12 @@ impl Config {
             },
             swa,
             embed_scale: if arch.embed_scaled { (dim as f32).sqrt() } else { 1.0 },
+            attn_scale: (arch.attn_scale)(n_layer, dim, n_head, head_dim),
             act: arch.act,
             ffn: u("feed_forward_length")?,
             vocab: size("token_embd rows", embd.dims.get(1).copied().unwrap_or(0))?,
             context: u("context_length")?.min(MAX_CONTEXT),
-            rope_base: g.get(&key("rope.freq_base")).and_then(|v| v.as_f64()).unwrap_or(10000.0),
+            rope_base: num(&key("rope.freq_base"))?.unwrap_or(10000.0),
             eps: g.f64(&key("attention.layer_norm_rms_epsilon"))? as f32,
         };
         let bad = |m: String| Err(Error::Model(m));
@@ -280,5 +310,62 @@ mod tests {
         assert_eq!(linear(&[("rope.scaling.type", Value::Str("linear".into())), ("rope.scaling.factor", Value::F32(8.0))]), 8.0);
         assert_eq!(linear(&[("rope.scaling.type", Value::Str("none".into())), ("rope.scaling.factor", Value::F32(8.0))]), 1.0);
         assert_eq!(linear(&[("rope.scaling.factor", Value::F32(0.0))]), 1.0);
+    }
+
+    /// The tiny model with `meta` set under its architecture's prefix.
+    fn with(meta: &[(&str, Value)]) -> Result<Config> {
+        let file = tiny_gguf_with(1, |m, _| {
+            for (k, v) in meta {
+                m.insert(format!("llama.{k}"), v.clone());
+            }
+        });
+        Config::from_gguf(&Gguf::parse(&file).unwrap())
+    }
+
+    /// What llama.cpp applies and hotprefix does not run is refused, never run as another model:
+    /// bidirectional attention, local layers rotating other dims than the global ones, and keys
+    /// of the wrong type (llama.cpp: "has wrong type"), which were taken as absent.
+    #[test]
+    fn keys_that_would_change_the_model_are_refused() {
+        assert!(with(&[("attention.causal", Value::Bool(true))]).is_ok());
+        let refused = [
+            ("attention.causal", Value::Bool(false)),
+            ("rope.dimension_count_swa", Value::U32(8)),
+            ("rope.scaling.factor", Value::Str("8".into())),
+            ("rope.freq_base", Value::Str("1e6".into())),
+            ("rope.scaling.type", Value::U32(1)),
+        ];
+        for (k, v) in refused {
+            let e = with(&[(k, v.clone())]).unwrap_err();
+            assert!(matches!(&e, Error::Model(m) | Error::Gguf(m) if m.contains(k)), "{k} = {v:?}: {e}");
+        }
+        // The same head width for the local layers is what every file has.
+        assert!(with(&[("rope.dimension_count_swa", Value::U32(16))]).is_ok());
+    }
+
+    /// Gemma-3-27B (62 layers; `query_pre_attn_scalar` 168 = width / heads, heads of 128) scales
+    /// q·k by 1/√(width / heads), as llama.cpp does; every other model by 1/√(head width).
+    #[test]
+    fn gemma3_27b_scales_attention_by_width_over_heads() {
+        let scale = |arch: &str, layers: u32| {
+            let file = tiny_gguf_with(1, |m, _| {
+                let keys: Vec<String> = m.keys().filter(|k| k.starts_with("llama.")).cloned().collect();
+                for k in keys {
+                    if let Some(v) = m.remove(&k) {
+                        m.insert(k.replacen("llama", arch, 1), v);
+                    }
+                }
+                m.insert("general.architecture".into(), Value::Str(arch.into()));
+                m.insert(format!("{arch}.block_count"), Value::U32(layers));
+                m.insert(format!("{arch}.attention.key_length"), Value::U32(32));
+                m.insert(format!("{arch}.attention.value_length"), Value::U32(32));
+                m.insert(format!("{arch}.attention.sliding_window"), Value::U32(8));
+            });
+            Config::from_gguf(&Gguf::parse(&file).unwrap()).unwrap().attn_scale
+        };
+        // The tiny model: width 96, 6 heads (16 = width / heads), heads made 32 wide.
+        assert_eq!(scale("gemma3", 62), 1.0 / 16f32.sqrt());
+        assert_eq!(scale("gemma3", 26), 1.0 / 32f32.sqrt());
+        assert_eq!(scale("llama", 62), 1.0 / 32f32.sqrt());
     }
 }

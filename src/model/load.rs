@@ -364,7 +364,8 @@ pub(crate) async fn load_weights<S: Sink>(
 /// below, including a block's split Q, K and V (and their biases) only where the block has no
 /// fused `attn_qkv`. Any other tensor is refused before anything loads, as llama.cpp refuses a
 /// file with tensors its loader did not take: ignoring one (a llama file's `attn_output.bias`, a
-/// block past `block_count`) would silently run a different model.
+/// block past `block_count`) would silently run a different model. So is a tensor of the set that
+/// llama.cpp's loader does not take for the file's architecture (`Arch::not_taken`).
 fn read_by_load(g: &Gguf, name: &str, n_layer: usize) -> bool {
     const TOP: [&str; 6] = [
         "token_embd.weight",
@@ -389,14 +390,16 @@ fn read_by_load(g: &Gguf, name: &str, n_layer: usize) -> bool {
         "attn_qkv.bias",
     ];
     const SPLIT_QKV: [&str; 6] = ["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias"];
+    let not_taken = crate::model::arch::Arch::of(g).map_or(&[][..], |a| a.not_taken);
     if TOP.contains(&name) {
-        return true;
+        return !not_taken.contains(&name);
     }
     let Some((i, rest)) = name.strip_prefix("blk.").and_then(|r| r.split_once('.')) else { return false };
     // The block's index as the loader writes it (`blk.{i}.`): no sign, no leading zeros.
     let Some(i) = i.parse::<usize>().ok().filter(|n| n.to_string() == i && *n < n_layer) else { return false };
     let fused = g.tensor(&format!("blk.{i}.attn_qkv.weight")).is_ok();
     match rest {
+        r if not_taken.contains(&r) => false,
         "attn_qkv.bias" => fused,
         r if BLOCK.contains(&r) => true,
         r if SPLIT_QKV.contains(&r) => !fused,

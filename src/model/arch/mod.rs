@@ -27,6 +27,10 @@ pub(crate) struct Arch {
     /// `attn_{q,k,v}.bias`, `attn_{q,k}_norm.weight`; and fused forms: `attn_qkv` (+ `.bias`)
     /// for Q, K and V, `ffn_up` of gate and up rows without `ffn_gate`.
     pub(crate) required: &'static [&'static str],
+    /// Tensors of the shared set that llama.cpp's loader does not take for this architecture (a
+    /// top-level name, or a block's `blk.N.` suffix): a file with one is refused, as llama.cpp
+    /// refuses it, rather than run with a tensor its own runtime would not apply.
+    pub(crate) not_taken: &'static [&'static str],
     /// The feed-forward's gate activation.
     pub(crate) act: Act,
     /// The embedding is multiplied by √dim (Gemma).
@@ -37,19 +41,38 @@ pub(crate) struct Arch {
     pub(crate) swa_pattern: usize,
     /// The local layers' RoPE base when the file does not say (`rope.freq_base_swa`).
     pub(crate) swa_rope_base: f64,
+    /// The attention's scale on q·k from (layers, width, heads, head width): 1/√(head width),
+    /// but what llama.cpp's `load_hparams` sets for a model type (Gemma-3-27B's).
+    pub(crate) attn_scale: fn(usize, usize, usize, usize) -> f32,
     /// Records one forward pass: embedding, blocks, head.
     pub(crate) forward: fn(&mut Pass<'_, '_>) -> Result<()>,
 }
+
+/// 1/√(head width): every architecture's attention scale but where its row says otherwise.
+pub(crate) fn head_scale(_layers: usize, _dim: usize, _heads: usize, head_dim: usize) -> f32 {
+    1.0 / (head_dim as f32).sqrt()
+}
+
+// The optional tensors some architectures' loaders take and others' do not.
+pub(crate) const ROPE_FREQS: &str = "rope_freqs.weight";
+pub(crate) const ROPE_LONG: &str = "rope_factors_long.weight";
+pub(crate) const ROPE_SHORT: &str = "rope_factors_short.weight";
+pub(crate) const Q_NORM: &str = "attn_q_norm.weight";
+pub(crate) const K_NORM: &str = "attn_k_norm.weight";
+pub(crate) const POST_ATTN: &str = "post_attention_norm.weight";
+pub(crate) const POST_FFW: &str = "post_ffw_norm.weight";
 
 /// Llama's row of the table, for architectures to start from (`..LLAMA_LIKE`).
 pub(crate) const LLAMA_LIKE: Arch = Arch {
     name: "llama",
     rope: Rope::Norm,
     required: &[],
+    not_taken: &[ROPE_LONG, ROPE_SHORT, Q_NORM, K_NORM, POST_ATTN, POST_FFW],
     act: Act::Silu,
     embed_scaled: false,
     swa_pattern: 0,
     swa_rope_base: 10000.0,
+    attn_scale: head_scale,
     forward: llama::forward,
 };
 

@@ -10,4 +10,9 @@ use crate::model::config::Rope;
 
 use super::Arch;
 
-pub(crate) const PHI3: Arch = Arch { name: "phi3", rope: Rope::Neox, ..super::LLAMA_LIKE };
+pub(crate) const PHI3: Arch = Arch {
+    name: "phi3",
+    rope: Rope::Neox,
+    not_taken: &[super::ROPE_FREQS, super::Q_NORM, super::K_NORM, super::POST_ATTN, super::POST_FFW],
+    ..super::LLAMA_LIKE
+};

@@ -6,5 +6,10 @@ use crate::model::config::Rope;
 
 use super::Arch;
 
-pub(crate) const QWEN2: Arch =
-    Arch { name: "qwen2", rope: Rope::Neox, required: &["attn_q.bias", "attn_k.bias", "attn_v.bias"], ..super::LLAMA_LIKE };
+pub(crate) const QWEN2: Arch = Arch {
+    name: "qwen2",
+    rope: Rope::Neox,
+    required: &["attn_q.bias", "attn_k.bias", "attn_v.bias"],
+    not_taken: &[super::ROPE_FREQS, super::ROPE_LONG, super::ROPE_SHORT, super::Q_NORM, super::K_NORM, super::POST_ATTN, super::POST_FFW],
+    ..super::LLAMA_LIKE
+};

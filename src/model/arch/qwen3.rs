@@ -7,5 +7,10 @@ use crate::model::config::Rope;
 
 use super::Arch;
 
-pub(crate) const QWEN3: Arch =
-    Arch { name: "qwen3", rope: Rope::Neox, required: &["attn_q_norm.weight", "attn_k_norm.weight"], ..super::LLAMA_LIKE };
+pub(crate) const QWEN3: Arch = Arch {
+    name: "qwen3",
+    rope: Rope::Neox,
+    required: &["attn_q_norm.weight", "attn_k_norm.weight"],
+    not_taken: &[super::ROPE_FREQS, super::ROPE_LONG, super::ROPE_SHORT, super::POST_ATTN, super::POST_FFW],
+    ..super::LLAMA_LIKE
+};
