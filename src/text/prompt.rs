@@ -400,18 +400,24 @@ impl Prompter<'_> {
         if full.ids.len() <= room {
             return Ok((full, (0..messages.len()).collect()));
         }
+        // Each message's tokens: from where the content before it in the prompt ends to where its
+        // own ends. Prompt order is not always message order: Mistral's templates write the
+        // system message into the last user turn.
+        let mut order: Vec<usize> = (0..full.contents.len()).collect();
+        order.sort_by_key(|&i| (full.contents[i].start, full.contents[i].end));
+        let mut tokens = vec![0; full.contents.len()];
         let mut prev_end = 0;
+        for i in order {
+            tokens[i] = full.contents[i].end.saturating_sub(prev_end);
+            prev_end = prev_end.max(full.contents[i].end);
+        }
         let items: Vec<truncate::Item> = messages
             .iter()
-            .zip(&full.contents)
+            .zip(tokens)
             .zip(turns.iter().chain(std::iter::repeat(&false)))
-            .map(|((m, r), &is_user)| {
-                let tokens = r.end - prev_end;
-                prev_end = r.end;
-                truncate::Item { tokens, pinned: m.pinned || m.role == "system", is_user }
-            })
+            .map(|((m, tokens), &is_user)| truncate::Item { tokens, pinned: m.pinned || m.role == "system", is_user })
             .collect();
-        let tail = full.ids.len() - prev_end;
+        let tail = full.ids.len().saturating_sub(prev_end);
         // Templates can render a message differently by its neighbours; move the cut a step
         // further until the re-rendered prompt fits.
         for extra in 0..8 {
@@ -437,7 +443,9 @@ impl Prompter<'_> {
         let resident = decode(&d.resident[..d.resident.len().min(SNIPPET)]);
         // In a message's content; a token before it is the template's framing (role headers, a
         // default system prompt the template adds), reported as no message.
-        let hit = enc.contents.iter().position(|r| d.token < r.end).filter(|&k| d.token >= enc.contents[k].start);
+        // (Contents are not always in message order: Mistral's templates write the system message
+        // into the last user turn.)
+        let hit = enc.contents.iter().position(|r| r.contains(&d.token));
         let (message, role, char) = match hit {
             Some(k) => {
                 let r = &enc.contents[k];
@@ -470,6 +478,42 @@ mod tests {
             function: FunctionCall { name: "f".into(), arguments: args.into() },
         }];
         m
+    }
+
+    /// Mistral-7B-Instruct-v0.3's template: the system message goes into the last user turn.
+    const MISTRAL: &str = "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}{{- bos_token }}{%- for message in loop_messages %}{%- if message['role'] == 'user' %}{%- if loop.last and system_message is defined %}{{- '[INST] ' + system_message + '\\n\\n' + message['content'] + '[/INST]' }}{%- else %}{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] + eos_token }}{%- endif %}{%- endfor %}";
+
+    /// A system message, `n` question-answer turns and a last question.
+    fn canal_chat(n: usize) -> Vec<Message> {
+        let mut m = vec![Message::new("system", "You answer questions about canals briefly.")];
+        for i in 0..n {
+            m.push(Message::new("user", format!("Question number {i}: how long is the canal near the old mill and who built it?")));
+            m.push(Message::new("assistant", format!("Answer number {i}: it is about thirty eight kilometres long, built by the town.")));
+        }
+        m.push(Message::new("user", "And how many locks does it have?"));
+        m
+    }
+
+    /// Mistral's templates (v0.2, v0.3, Nemo) write the system message into the last user turn,
+    /// so the contents are not in message order: head truncation counts each message's tokens in
+    /// prompt order (and drops turns instead of failing), and a divergence is found in the
+    /// content that holds it.
+    #[test]
+    fn a_system_message_written_into_the_last_turn() {
+        let t = tokenizer();
+        let template = ChatTemplate::new(MISTRAL, "<s>", "</s>").unwrap();
+        let p = Prompter { template: Some(&template), tokenizer: &t, tools: None };
+        let messages = canal_chat(12);
+        let full = p.encode(&messages).unwrap();
+        assert!(full.contents[0].start > full.contents[messages.len() - 2].end, "the system message is written last");
+        let turns: Vec<bool> = messages.iter().map(|m| m.role == "user").collect();
+        let room = full.ids.len() / 2;
+        let (enc, kept) = p.fit(&messages, &turns, 0, room).expect("dropping turns makes it fit");
+        assert!(enc.ids.len() <= room && kept.len() < messages.len(), "{} tokens, kept {kept:?}", enc.ids.len());
+        assert_eq!((kept[0], kept[1] % 2, *kept.last().unwrap()), (0, 1, messages.len() - 1), "{kept:?}");
+        let all: Vec<usize> = (0..messages.len()).collect();
+        let at = p.locate(&Divergence { token: full.contents[1].start + 3, resident: Vec::new() }, &full, &all, &messages);
+        assert_eq!((at.message, at.role.as_deref()), (Some(1), Some("user")), "{at:?}");
     }
 
     /// Llama-3's and Gemma-3's templates trim each turn's content (`| trim`); a content is
