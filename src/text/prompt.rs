@@ -384,7 +384,9 @@ impl Prompter<'_> {
             .zip(&places)
             .map(|(m, r)| {
                 let kept = r.as_ref().map_or("", |r| &text[r.clone()]);
-                m.content.find(kept).filter(|_| !kept.is_empty()).map_or(0, |at| m.content[..at].chars().count())
+                // The kept text ends the content (what the template drops comes first): found from
+                // the end, so that a reasoning that repeats the answer does not hold it.
+                m.content.rfind(kept).filter(|_| !kept.is_empty()).map_or(0, |at| m.content[..at].chars().count())
             })
             .collect();
         Ok(Some(Encoded { ids, contents, leads }))
@@ -570,6 +572,10 @@ mod tests {
         let answer = "<think>\nadd them\n</think>\n\nfour";
         let messages = [Message::new("user", "2+2?"), Message::new("assistant", answer), Message::new("user", "and 3+3?")];
         assert_eq!(at(&p, &messages, 1), (Some(1), answer.find("four").unwrap()));
+        // A reasoning that repeats the answer: the kept answer is the one after `</think>`.
+        let answer = "<think>\nThe answer is four.\n</think>\n\nThe answer is four.";
+        let messages = [Message::new("user", "2+2?"), Message::new("assistant", answer), Message::new("user", "and 3+3?")];
+        assert_eq!(at(&p, &messages, 1), (Some(1), answer.rfind("The answer").unwrap()));
     }
 
     /// Qwen3's template reads what a content says: it drops a past assistant turn's `<think>`
