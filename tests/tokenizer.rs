@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use hotprefix::chat::{ChatTemplate, Message};
-use hotprefix::engine::Prompter;
+use hotprefix::engine::{Divergence, Prompter};
 use hotprefix::gguf::{self, Gguf, Value};
 use hotprefix::tokenizer::{StreamDecoder, Tokenizer};
 use hotprefix::Error;
@@ -512,5 +512,67 @@ fn phi3_rstrip_reaches_into_the_content() {
         want.extend(t.encode_with_special(&text).unwrap());
         let got = Prompter { template: Some(&template), tokenizer: &t, tools: None }.encode(&messages).unwrap();
         assert_eq!(got.ids, want, "{content:?}");
+    }
+}
+
+/// A tokenizer and chat template of a model file of `models/archs/`.
+fn arch(name: &str) -> (Tokenizer, Option<ChatTemplate>) {
+    let g_bytes = common::arch_file(name);
+    let g = Gguf::parse(&g_bytes).unwrap();
+    (Tokenizer::from_gguf(&g).unwrap(), ChatTemplate::for_gguf(&g).unwrap())
+}
+
+/// `diverged_at.char` counts the content's own characters: a first token that also holds the
+/// template's text (SentencePiece's `▁Alice` after Llama-2's `[INST] `; BPE's ` Alice` after a
+/// template's `role: `) does not count the template's space.
+#[test]
+fn a_divergence_char_does_not_count_the_templates_text_in_the_first_token() {
+    let (spm, llama2) = arch("tiny-spm-prefix.gguf");
+    let bpe = ChatTemplate::new("{% for m in messages %}<|im_start|>{{ m.role }}: {{ m.content }}<|im_end|>{% endfor %}", "", "").unwrap();
+    for (name, t, template) in
+        [("SentencePiece, Llama-2's template", &spm, llama2.as_ref().unwrap()), ("SmolLM2's BPE, `role: `", tok(), &bpe)]
+    {
+        let p = Prompter { template: Some(template), tokenizer: t, tools: None };
+        let content = "Alice went home early today";
+        let messages = [Message::new("user", content)];
+        let enc = p.encode(&messages).unwrap();
+        let r = enc.contents[0].clone();
+        let first = t.decode(&enc.ids[r.start..r.start + 1]).unwrap();
+        assert!(first.starts_with(' '), "{name}: the first token holds the template's space: {first:?}");
+        for word in ["went", "home", "early"] {
+            let k = (r.start..r.end).find(|&i| t.decode(&enc.ids[i..i + 1]).unwrap().trim() == word).unwrap();
+            let at = p.locate(&Divergence { token: k, resident: Vec::new() }, &enc, &[0], &messages);
+            assert_eq!((at.message, at.char), (Some(0), content.find(&format!(" {word}")).unwrap()), "{name}: {word}");
+        }
+    }
+}
+
+/// A divergence inside a character spelled by several tokens (byte-level BPE, SentencePiece's
+/// byte fallback) falls in that character: its `char` is the character's, not one past it (the
+/// partial character is no character).
+#[test]
+fn a_divergence_inside_a_split_character_is_that_character() {
+    let gemma = ChatTemplate::new("{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}", "", "")
+        .unwrap();
+    let (spm, _) = arch("tiny-spm.gguf");
+    let (t0, chat) = model();
+    for (name, t, template) in [("SmolLM2's BPE", t0, chat), ("Gemma-3's SentencePiece", &spm, &gemma)] {
+        let p = Prompter { template: Some(template), tokenizer: t, tools: None };
+        let c = ["\u{1F9A9}", "\u{1D11E}", "\u{10348}", "\u{1F6F8}", "\u{2A6D6}"]
+            .into_iter()
+            .find(|c| t.encode_text(c).unwrap().len() > 1)
+            .unwrap_or_else(|| panic!("{name}: no character spelled by several tokens"));
+        let content = format!("ab{c}cd");
+        let messages = [Message::new("user", content.clone())];
+        let enc = p.encode(&messages).unwrap();
+        let r = enc.contents[0].clone();
+        // Each token of the character after its first: bytes that do not start a character.
+        let inside: Vec<usize> =
+            (r.start..r.end).filter(|&i| t.token_bytes(enc.ids[i]).unwrap().first().is_some_and(|b| b & 0xC0 == 0x80)).collect();
+        assert!(!inside.is_empty(), "{name}: {c:?} is split inside");
+        for k in inside {
+            let at = p.locate(&Divergence { token: k, resident: Vec::new() }, &enc, &[0], &messages);
+            assert_eq!(at.char, 2, "{name}: token {k} is inside character 2 ({c})");
+        }
     }
 }

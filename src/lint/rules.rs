@@ -184,23 +184,15 @@ fn dynamic_before_static(
     let Some(last) = enc.contents.last() else { return out };
     let year = current_year();
     // The last message is where dynamic content belongs: only what precedes it counts as static.
-    for (k, r) in enc.contents.iter().enumerate().take(enc.contents.len() - 1) {
-        let i = kept[k];
+    for (k, &i) in kept.iter().enumerate().take(enc.contents.len() - 1) {
         let content = &messages[i].content;
         if unchanged(i) {
             continue;
         }
         let Some(span) = lint::dynamic_spans(content).into_iter().find(|s| looks_current(s, year)) else { continue };
-        // The span's token: the one whose bytes reach past the span's start.
-        let mut at = r.start;
-        let mut bytes = 0;
-        while at < r.end {
-            bytes += tok.token_bytes(enc.ids[at]).map_or(0, |b| b.len());
-            if bytes > span.start {
-                break;
-            }
-            at += 1;
-        }
+        // The span's token: the one that holds its first byte (of the text the template kept, not
+        // counting the template's text the content's first token may hold).
+        let at = enc.token_at(k, span.start.saturating_sub(enc.lead_bytes(k, content)), tok);
         let after = last.start.saturating_sub(at);
         if after < STATIC_AFTER_DYNAMIC {
             continue;
@@ -285,6 +277,31 @@ mod tests {
 
     fn changed(seen: &HashMap<u64, u64>, m: &[Message]) -> Vec<Warning> {
         json_changed(seen, m, &Seen::of(m, &[]).json)
+    }
+
+    /// A model file of `models/archs/`: its tokenizer and chat template.
+    fn arch(name: &str) -> (Tokenizer, crate::text::template::ChatTemplate) {
+        let path = format!("{}/models/archs/{name}", env!("CARGO_MANIFEST_DIR"));
+        let file = std::fs::read(&path).unwrap_or_else(|e| panic!("missing test data: {path} ({e}); run scripts/make-archs.sh"));
+        let g = crate::model::gguf::Gguf::parse(&file).unwrap();
+        (Tokenizer::from_gguf(&g).unwrap(), crate::text::template::ChatTemplate::for_gguf(&g).unwrap().unwrap())
+    }
+
+    /// A span's token is the one that holds its first byte, whatever template text the content's
+    /// first token holds (SentencePiece's `▁Alice` after Llama-2's `[INST] `).
+    #[test]
+    fn a_spans_token_does_not_count_the_templates_text() {
+        let (tok, template) = arch("tiny-spm-prefix.gguf");
+        let p = crate::text::prompt::Prompter { template: Some(&template), tokenizer: &tok, tools: None };
+        let first = format!("Alice 09:14 {}", "the canal has seven locks and a lake. ".repeat(8));
+        let messages = vec![Message::new("user", first), Message::new("assistant", "ok"), Message::new("user", "and?")];
+        let enc = p.encode(&messages).unwrap();
+        let r = enc.contents[0].clone();
+        let zero = (r.start..r.end).find(|&t| tok.token_bytes(enc.ids[t]).unwrap().contains(&b'0')).unwrap();
+        let w = dynamic_before_static(&messages, &[0, 1, 2], &enc, &tok, |_| false);
+        assert_eq!(w.len(), 1, "{w:?}");
+        let after = enc.contents[2].start - zero;
+        assert!(w[0].detail.contains(&format!("before {after} tokens")), "the time's token is {zero}: {}", w[0].detail);
     }
 
     #[test]

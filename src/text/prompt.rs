@@ -21,6 +21,10 @@ pub struct Encoded {
     /// template trimmed there (`locate` counts a divergence's character from the content's own
     /// start).
     pub leads: Vec<usize>,
+    /// Bytes at the start of each content's first token that are not the content's: the
+    /// template's text (or SentencePiece's space prefix) merged into that token, as `▁Alice`
+    /// after Llama-2's `[INST] `. 0 where the tokens do not spell the prompt's text.
+    pub skips: Vec<usize>,
 }
 
 impl Encoded {
@@ -33,7 +37,82 @@ impl Encoded {
         if !self.leads.is_empty() {
             self.leads.remove(0);
         }
+        if !self.skips.is_empty() {
+            self.skips.remove(0);
+        }
     }
+
+    /// Where message `k`'s kept text (what its tokens spell) starts in its `content`: after the
+    /// `leads[k]` characters the template dropped.
+    pub fn lead_bytes(&self, k: usize, content: &str) -> usize {
+        let lead = self.leads.get(k).copied().unwrap_or(0);
+        content.char_indices().nth(lead).map_or(content.len(), |(b, _)| b)
+    }
+
+    /// The bytes of message `k`'s kept text before token `t`: the bytes of its content's tokens
+    /// before `t`, less the template's bytes its first token holds. A token past the content
+    /// counts all of it.
+    pub fn bytes_before(&self, k: usize, t: usize, tokenizer: &Tokenizer) -> usize {
+        let Some(r) = self.contents.get(k) else { return 0 };
+        let end = t.clamp(r.start, r.end);
+        let bytes: usize =
+            self.ids.get(r.start..end).unwrap_or(&[]).iter().map(|&id| tokenizer.token_bytes(id).map_or(0, |b| b.len())).sum();
+        bytes.saturating_sub(self.skips.get(k).copied().unwrap_or(0))
+    }
+
+    /// The token of message `k`'s content that holds byte `at` of its kept text; the end of its
+    /// content's tokens when none does.
+    pub fn token_at(&self, k: usize, at: usize, tokenizer: &Tokenizer) -> usize {
+        let Some(r) = self.contents.get(k) else { return 0 };
+        let at = at + self.skips.get(k).copied().unwrap_or(0);
+        let mut bytes = 0;
+        for t in r.clone() {
+            bytes += self.ids.get(t).and_then(|&id| tokenizer.token_bytes(id)).map_or(0, |b| b.len());
+            if bytes > at {
+                return t;
+            }
+        }
+        r.end
+    }
+}
+
+/// For each content (its first piece and its tokens), the bytes of its first token before the
+/// content's own first byte ([`Encoded::skips`]): the tokens' bytes lined up with the prompt's
+/// text (`pieces` concatenated), a token that starts with a space the text does not have being
+/// SentencePiece's space prefix. Where a token does not spell the text (an unknown token), the
+/// contents from there on get 0.
+fn skips(tokenizer: &Tokenizer, pieces: &[&str], ids: &[u32], firsts: &[Option<usize>], contents: &[std::ops::Range<usize>]) -> Vec<usize> {
+    let mut starts = Vec::with_capacity(pieces.len());
+    let mut text = String::new();
+    for p in pieces {
+        starts.push(text.len());
+        text.push_str(p);
+    }
+    let text = text.as_bytes();
+    // Each token's first byte in the text, and the bytes it has before that (a space prefix).
+    let mut place: Vec<(usize, usize)> = Vec::with_capacity(ids.len());
+    let mut at = 0;
+    for &id in ids {
+        let Some(b) = tokenizer.token_bytes(id) else { break };
+        let rest = text.get(at..).unwrap_or(&[]);
+        if rest.starts_with(&b) {
+            place.push((at, 0));
+            at += b.len();
+        } else if b.first() == Some(&b' ') && rest.starts_with(&b[1..]) {
+            place.push((at, 1));
+            at += b.len() - 1;
+        } else {
+            break;
+        }
+    }
+    contents
+        .iter()
+        .zip(firsts)
+        .map(|(r, first)| match (first.and_then(|p| starts.get(p)), place.get(r.start)) {
+            (Some(&from), Some(&(token, prefix))) if !r.is_empty() => (from + prefix).saturating_sub(token),
+            _ => 0,
+        })
+        .collect()
 }
 
 /// The marker a message's field (its content, its author's name, a tool call's name or arguments)
@@ -255,9 +334,11 @@ impl Prompter<'_> {
         let pieces: Vec<(&str, bool)> = spliced.pieces.iter().map(|(t, special)| (t.as_str(), *special)).collect();
         let (ids, ranges) = self.tokenizer.encode_pieces(&pieces)?;
         let mut contents: Vec<Option<std::ops::Range<usize>>> = vec![None; messages.len()];
+        let mut firsts: Vec<Option<usize>> = vec![None; messages.len()];
         for &(piece, k) in &spliced.placed {
             if fields[k].kind == FieldKind::Content {
                 contents[fields[k].message].get_or_insert(ranges[piece].clone());
+                firsts[fields[k].message].get_or_insert(piece);
             }
         }
         // An empty content sits where the message before it ends.
@@ -274,7 +355,9 @@ impl Prompter<'_> {
                 None => Err(Error::Template(format!("the chat template altered message {i}'s content"))),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(self.with_bos(Encoded { ids, contents, leads: spliced.leads }))
+        let texts: Vec<&str> = pieces.iter().map(|p| p.0).collect();
+        let skips = skips(self.tokenizer, &texts, &ids, &firsts, &contents);
+        Ok(self.with_bos(Encoded { ids, contents, leads: spliced.leads, skips }))
     }
 
     /// `tokenizer.ggml.add_bos_token`: the model was trained with BOS first. Templates that write
@@ -362,14 +445,16 @@ impl Prompter<'_> {
         }
         let (ids, ranges) = self.tokenizer.encode_pieces(&pieces.iter().map(|&(t, s, _)| (t, s)).collect::<Vec<_>>())?;
         let mut contents: Vec<Option<std::ops::Range<usize>>> = vec![None; messages.len()];
-        for ((_, _, owner), r) in pieces.iter().zip(&ranges) {
+        let mut firsts: Vec<Option<usize>> = vec![None; messages.len()];
+        for (p, ((_, _, owner), r)) in pieces.iter().zip(&ranges).enumerate() {
             if let Some(i) = *owner {
                 let c = contents[i].get_or_insert(r.clone());
                 *c = c.start.min(r.start)..c.end.max(r.end);
+                firsts[i].get_or_insert(p);
             }
         }
         let mut last_end = 0;
-        let contents = contents
+        let contents: Vec<std::ops::Range<usize>> = contents
             .into_iter()
             .map(|r| {
                 let r = r.unwrap_or(last_end..last_end);
@@ -377,6 +462,8 @@ impl Prompter<'_> {
                 r
             })
             .collect();
+        let texts: Vec<&str> = pieces.iter().map(|p| p.0).collect();
+        let skips = skips(self.tokenizer, &texts, &ids, &firsts, &contents);
         // Where what the template kept of each content starts in the content (it may have dropped
         // a `<think>` block, or trimmed).
         let leads = messages
@@ -389,7 +476,7 @@ impl Prompter<'_> {
                 m.content.rfind(kept).filter(|_| !kept.is_empty()).map_or(0, |at| m.content[..at].chars().count())
             })
             .collect();
-        Ok(Some(Encoded { ids, contents, leads }))
+        Ok(Some(Encoded { ids, contents, leads, skips }))
     }
 
     /// Head truncation (`truncate::plan`) to `context` positions less `max_tokens`: the messages
@@ -450,10 +537,16 @@ impl Prompter<'_> {
         let hit = enc.contents.iter().position(|r| r.contains(&d.token));
         let (message, role, char) = match hit {
             Some(k) => {
-                let r = &enc.contents[k];
-                let char = enc.leads.get(k).copied().unwrap_or(0) + decode(&enc.ids[r.start..d.token]).chars().count();
                 let i = kept[k];
-                (Some(i), Some(messages[i].role.clone()), char)
+                let content = &messages[i].content;
+                // The divergence's byte in the content: what the template dropped first, then the
+                // content's bytes before its token (not the template's its first token holds),
+                // back to the start of a character a byte token splits.
+                let mut at = (enc.lead_bytes(k, content) + enc.bytes_before(k, d.token, self.tokenizer)).min(content.len());
+                while !content.is_char_boundary(at) {
+                    at -= 1;
+                }
+                (Some(i), Some(messages[i].role.clone()), content[..at].chars().count())
             }
             None => (None, None, 0),
         };
