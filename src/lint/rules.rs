@@ -186,18 +186,22 @@ fn dynamic_before_static(
     // The last message is where dynamic content belongs: only what precedes it counts as static.
     for (k, &i) in kept.iter().enumerate().take(enc.contents.len() - 1) {
         let content = &messages[i].content;
-        if unchanged(i) {
+        // An assistant message is the model's own answer sent back: history that does not change,
+        // even the first time it comes back (when no earlier request held it yet).
+        if unchanged(i) || messages[i].role == "assistant" {
             continue;
         }
-        let Some(span) = lint::dynamic_spans(content).into_iter().find(|s| looks_current(s, year)) else { continue };
-        // The span's token: the one that holds its first byte (of the text the template kept, not
-        // counting the template's text the content's first token may hold).
-        let at = enc.token_at(k, span.start.saturating_sub(enc.lead_bytes(k, content)), tok);
+        // Only the text the template kept counts (not a `<think>` block Qwen3's drops).
+        let lead = enc.lead_bytes(k, content);
+        let Some(span) = lint::dynamic_spans(&content[lead..]).into_iter().find(|s| looks_current(s, year)) else { continue };
+        // The span's token: the one that holds its first byte (not counting the template's text
+        // the content's first token may hold).
+        let at = enc.token_at(k, span.start, tok);
         let after = last.start.saturating_sub(at);
         if after < STATIC_AFTER_DYNAMIC {
             continue;
         }
-        let chars = content[..span.start].chars().count();
+        let chars = content[..lead + span.start].chars().count();
         out.push(Warning {
             code: WarningCode::DynamicBeforeStatic,
             message: Some(i),
@@ -302,6 +306,32 @@ mod tests {
         assert_eq!(w.len(), 1, "{w:?}");
         let after = enc.contents[2].start - zero;
         assert!(w[0].detail.contains(&format!("before {after} tokens")), "the time's token is {zero}: {}", w[0].detail);
+    }
+
+    /// An assistant reply sent back in the next request, unchanged as chat clients send it, holds
+    /// a time before many tokens: it is the model's answer, history that never changes, and is not
+    /// flagged the first time it comes back. A user message with the same text is flagged.
+    #[test]
+    fn an_assistant_reply_sent_back_is_not_dynamic() {
+        let tok = Tokenizer::from_gguf(&crate::model::gguf::Gguf::parse(&crate::check::testmodel::tiny_gguf(1)).unwrap()).unwrap();
+        let template = crate::text::template::ChatTemplate::from_gguf(
+            &crate::model::gguf::Gguf::parse(&crate::check::testmodel::tiny_gguf(1)).unwrap(),
+        )
+        .unwrap();
+        let p = crate::text::prompt::Prompter { template: Some(&template), tokenizer: &tok, tools: None };
+        let mut h = History::default();
+        let first = msgs(&[("user", "When is the meeting?")]);
+        h.record("", Seen::of(&first, &[]));
+        let long = "Bring the quarterly report and the slides. ".repeat(4);
+        let warned = |role: &str, text: &str| {
+            let second = vec![Message::new("user", "When is the meeting?"), Message::new(role, text), Message::new("user", "Thanks.")];
+            let enc = p.encode(&second).unwrap();
+            let w = h.lint("", &second, &Seen::of(&second, &[]), &[0, 1, 2], &enc, &tok);
+            w.iter().any(|w| w.code == WarningCode::DynamicBeforeStatic)
+        };
+        let reply = format!("The meeting is at 09:14 in room four. {long}");
+        assert!(!warned("assistant", &reply), "an unchanged assistant reply");
+        assert!(warned("user", &reply), "the same text from the user");
     }
 
     #[test]
