@@ -6,7 +6,10 @@
 //!   messages are dropped, cutting at the first message boundary at or after a multiple of half the
 //!   history room, counted from the start of the full history (a boundary before a user message
 //!   when there is one, so that turns stay paired);
-//! - *history room* = context − max_tokens − the pinned messages − the template's tail.
+//! - *history room* = context − max_tokens − the pinned messages − the template's tail;
+//! - a template that refuses the kept history (user and assistant turns that must alternate, after
+//!   a pinned user message) gets the [`later_cuts`], one message further each, an assistant's turn
+//!   included (`Prompter::fit`).
 //!
 //! Why half-room steps: a chat client resends its whole growing history every turn. Dropping just
 //! enough to fit would move the cut every turn, so every turn would change the tokens after the
@@ -81,6 +84,23 @@ pub fn plan(items: &[Item], tail: usize, room: usize, extra_steps: usize) -> Res
     Ok(Plan { dropped: dropped.len(), keep })
 }
 
+/// The plans that drop more history than `plan` does, in order: the kept history starting at each
+/// later message for which `may_start` holds (and at last at the last message). For a template
+/// that refuses `plan`'s kept history (one that requires alternating roles, after a pinned user
+/// message): the first of these it renders is the cut.
+pub fn later_cuts(items: &[Item], plan: &Plan, may_start: impl Fn(usize) -> bool) -> Vec<Plan> {
+    let n = items.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let history: Vec<usize> = (0..n).filter(|&i| !items[i].pinned).collect();
+    let last_h = history.len().saturating_sub(if items[n - 1].pinned { 0 } else { 1 });
+    (plan.dropped + 1..=last_h)
+        .filter(|&j| j == last_h || history.get(j).is_some_and(|&i| may_start(i)))
+        .map(|j| Plan { keep: (0..n).filter(|i| !history[..j].contains(i)).collect(), dropped: j })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +157,14 @@ mod tests {
         items[3].pinned = true;
         let p = plan(&items, 0, 400, 0).unwrap();
         assert!(p.keep.contains(&3) && p.dropped > 0);
+    }
+
+    #[test]
+    fn later_cuts_drop_more_at_each_allowed_start() {
+        let items = chat(6, 10); // pinned, then user, assistant, user, assistant, user, assistant
+        let p = Plan { keep: vec![0, 3, 4, 5, 6], dropped: 2 };
+        let later: Vec<Vec<usize>> = later_cuts(&items, &p, |i| i % 2 == 0).into_iter().map(|p| p.keep).collect();
+        assert_eq!(later, [vec![0, 4, 5, 6], vec![0, 6]], "before each assistant turn (even items), then the last message alone");
     }
 
     #[test]

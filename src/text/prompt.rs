@@ -482,7 +482,12 @@ impl Prompter<'_> {
     /// Head truncation (`truncate::plan`) to `context` positions less `max_tokens`: the messages
     /// kept, encoded, and their indices. The kept history starts at a message whose `turns[i]` is
     /// true: a user turn of the request (not a tool's result that the tools convention renders as
-    /// a user turn, whose call would be dropped).
+    /// a user turn, whose call would be dropped). Where the template refuses that kept history
+    /// (`Error::Template`: a template that requires user and assistant turns to alternate, given
+    /// a pinned user message and then a user turn), the cut moves on, one message at a time, to
+    /// the first later `turns[i]` or assistant message whose kept history it renders and that
+    /// fits (after a pinned user document: an assistant turn); only when none renders is the
+    /// template's error returned.
     pub fn fit(&self, messages: &[Message], turns: &[bool], max_tokens: usize, context: usize) -> Result<(Encoded, Vec<usize>)> {
         let room = context.checked_sub(max_tokens).ok_or(Error::ContextFull { needed: max_tokens, capacity: context })?;
         let full = self.encode(messages)?;
@@ -507,14 +512,35 @@ impl Prompter<'_> {
             .map(|((m, tokens), &is_user)| truncate::Item { tokens, pinned: m.pinned || m.role == "system", is_user })
             .collect();
         let tail = full.ids.len().saturating_sub(prev_end);
+        let encode = |keep: &[usize]| self.encode(&keep.iter().map(|&i| messages[i].clone()).collect::<Vec<_>>());
         // Templates can render a message differently by its neighbours; move the cut a step
         // further until the re-rendered prompt fits.
         for extra in 0..8 {
             let plan = truncate::plan(&items, tail, room, extra)?;
-            let kept: Vec<Message> = plan.keep.iter().map(|&i| messages[i].clone()).collect();
-            let enc = self.encode(&kept)?;
-            if enc.ids.len() <= room {
-                return Ok((enc, plan.keep));
+            match encode(&plan.keep) {
+                Ok(enc) if enc.ids.len() <= room => return Ok((enc, plan.keep)),
+                Ok(_) => {}
+                Err(refused @ Error::Template(_)) => {
+                    // The template refuses the kept history (one that requires alternating roles,
+                    // after a pinned user message: two user turns in a row): the cut moves on to
+                    // each later turn, an assistant's included, until one renders and fits.
+                    let may_start = |i: usize| turns.get(i).copied().unwrap_or(false) || messages[i].role == "assistant";
+                    let mut rendered = false;
+                    for later in truncate::later_cuts(&items, &plan, may_start) {
+                        match encode(&later.keep) {
+                            Ok(enc) if enc.ids.len() <= room => return Ok((enc, later.keep)),
+                            Ok(_) => rendered = true,
+                            Err(Error::Template(_)) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    return Err(if rendered {
+                        Error::ContextFull { needed: full.ids.len() + max_tokens, capacity: context }
+                    } else {
+                        refused
+                    });
+                }
+                Err(e) => return Err(e),
             }
         }
         Err(Error::ContextFull { needed: full.ids.len() + max_tokens, capacity: context })
@@ -609,6 +635,37 @@ mod tests {
         let all: Vec<usize> = (0..messages.len()).collect();
         let at = p.locate(&Divergence { token: full.contents[1].start + 3, resident: Vec::new() }, &full, &all, &messages);
         assert_eq!((at.message, at.role.as_deref()), (Some(1), Some("user")), "{at:?}");
+    }
+
+    /// Llama-2's template (as Mistral's and Gemma-3's) requires user and assistant turns to
+    /// alternate: a pinned user document followed by history is cut before an assistant turn, not
+    /// before a user turn that would follow the document.
+    #[test]
+    fn a_cut_after_a_pinned_user_document_keeps_the_turns_alternating() {
+        let t = tokenizer();
+        let source = "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}\
+                      {% if message['role'] == 'user' %}[INST] {{ message['content'] }} [/INST]{% else %} {{ message['content'] }}</s>{% endif %}{% endfor %}";
+        let template = ChatTemplate::new(source, "<s>", "</s>").unwrap();
+        let p = Prompter { template: Some(&template), tokenizer: &t, tools: None };
+        let mut messages = vec![
+            Message::new("user", "DOCUMENT: the canal is 38 km long and has 7 locks.").pinned(),
+            Message::new("assistant", "I have read the document."),
+        ];
+        messages.extend(canal_chat(10).into_iter().skip(1));
+        let turns: Vec<bool> = messages.iter().map(|m| m.role == "user").collect();
+        let full = p.encode(&messages).unwrap();
+        let room = full.ids.len() * 2 / 3;
+        let (enc, kept) = p.fit(&messages, &turns, 0, room).expect("a cut that alternates");
+        assert!(enc.ids.len() <= room && kept.len() < messages.len());
+        assert_eq!(kept[0], 0, "the document stays");
+        assert_eq!(messages[kept[1]].role, "assistant", "after the document: {kept:?}");
+        assert_eq!(*kept.last().unwrap(), messages.len() - 1);
+        // A template that refuses every cut: its error.
+        let refuses = format!("{{% if messages | length < {} %}}{{{{ raise_exception('cut') }}}}{{% endif %}}{{% for m in messages %}}{{{{ m.content }}}}{{% endfor %}}", messages.len());
+        let never = ChatTemplate::new(&refuses, "", "").unwrap();
+        let p = Prompter { template: Some(&never), tokenizer: &t, tools: None };
+        let full = p.encode(&messages).unwrap();
+        assert!(matches!(p.fit(&messages, &turns, 0, full.ids.len() / 2), Err(Error::Template(_))));
     }
 
     /// Llama-3's and Gemma-3's templates trim each turn's content (`| trim`); a content is
