@@ -403,3 +403,74 @@ fn truncation_never_keeps_a_tool_result_without_its_call() {
     assert!(cut > 3, "the history overflowed in {cut} cases only");
     assert!(orphans.is_empty(), "kept histories starting at a non-user message (words, dropped, role): {orphans:?}");
 }
+
+/// The tiny model with a template that takes no tools and refuses two turns of one role in a row
+/// (as Llama-2's, Mistral's and Gemma-3's do).
+fn alternating() -> Vec<u8> {
+    let template = "{% for m in messages %}{% if loop.index0 > 0 and m.role == messages[loop.index0 - 1].role %}{{ raise_exception('Conversation roles must alternate') }}{% endif %}\
+                    <|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    hotprefix::testmodel::tiny_gguf_with(1, |md, _| {
+        md.insert("tokenizer.chat_template".into(), hotprefix::gguf::Value::Str(template.into()));
+    })
+}
+
+fn weather_call(id: &str, city: &str) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": "get_weather", "arguments": json!({"city": city, "unit": "celsius"}).to_string()}})
+}
+
+/// The results of a parallel call (two tool messages in a row), on a template without tools of
+/// its own that requires alternating roles: the convention renders them as one user turn, each
+/// in its tags, and each tool message's place is its own result's text.
+#[test]
+fn parallel_tool_results_are_one_turn_for_an_alternating_template() {
+    let e = load(&alternating(), 1024);
+    let req = request(json!({"messages": [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": null, "tool_calls": [weather_call("call_1", "Paris"), weather_call("call_2", "Rome")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "24C and windy"}],
+        "tools": weather_tools(), "max_tokens": 8}));
+    let enc = e.encode_request(&req).unwrap_or_else(|err| panic!("the parallel results are refused: {err}"));
+    let t = e.tokenizer();
+    let text = t.decode(&enc.ids).unwrap();
+    assert!(
+        text.contains("<|im_start|>user\n<tool_response>\n18C and sunny\n</tool_response>\n<tool_response>\n24C and windy\n</tool_response><|im_end|>"),
+        "{text}"
+    );
+    assert_eq!(enc.contents.len(), 4, "a place for each of the request's messages");
+    assert_eq!(t.decode(&enc.ids[enc.contents[2].clone()]).unwrap().trim(), "18C and sunny");
+    assert_eq!(t.decode(&enc.ids[enc.contents[3].clone()]).unwrap().trim(), "24C and windy");
+}
+
+/// Through the convention, `diverged_at.char` is within what the request sent: a tool's result
+/// counts from its own start (not its `<tool_response>` tag's), the second result of a parallel
+/// call too; a divergence in an assistant message's tool call is in that message, at the end of
+/// its content (the calls come after it).
+#[test]
+fn a_divergence_in_a_tool_result_or_call_counts_in_what_the_request_sent() {
+    let mut e = load(&alternating(), 1024);
+    let ask = |calls: Value, results: &[&str]| {
+        let mut messages = vec![
+            json!({"role": "user", "content": "Weather in Paris and Rome?"}),
+            json!({"role": "assistant", "content": "Let me look.", "tool_calls": calls}),
+        ];
+        for (k, r) in results.iter().enumerate() {
+            messages.push(json!({"role": "tool", "tool_call_id": format!("call_{k}"), "content": r}));
+        }
+        json!({"messages": messages, "tools": weather_tools(), "tool_choice": "none", "max_tokens": 1})
+    };
+    let one = || json!([weather_call("call_0", "Paris")]);
+    let two = || json!([weather_call("call_0", "Paris"), weather_call("call_1", "Rome")]);
+    let cases = [
+        ("a result", ask(one(), &["18C;sunny"]), ask(one(), &["18C;windy"]), 2, "18C;".len()),
+        ("a parallel call's second result", ask(two(), &["18C", "24C;sunny"]), ask(two(), &["18C", "24C;windy"]), 3, "24C;".len()),
+        ("a call's arguments", ask(one(), &["18C"]), ask(json!([weather_call("call_0", "Lyon")]), &["18C"]), 1, "Let me look.".len()),
+    ];
+    for (name, first, second, message, char) in cases {
+        e.clear_cache();
+        run(&mut e, first);
+        let r = run(&mut e, second);
+        let d = r.cache.diverged_at.unwrap_or_else(|| panic!("{name}: no divergence"));
+        assert_eq!((d.message, d.char), (Some(message), char), "{name}: {d:?}");
+    }
+}

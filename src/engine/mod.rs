@@ -32,7 +32,7 @@ use crate::engine::sample::SamplingParams;
 use crate::model::preflight;
 use crate::model::{Model, Options, TensorBytes};
 /// A prompt encoded from messages ([`Engine::encode_messages`]).
-pub use crate::text::prompt::{Encoded, Prompter};
+pub use crate::text::prompt::{Encoded, Part, Prompter};
 use crate::text::tokenizer::Tokenizer;
 use resident::ResidentCache;
 /// The cache's state ([`Engine::cache_stats`]), and what a restore did ([`Engine::restore_cache`]).
@@ -308,34 +308,62 @@ impl Engine {
         self.masks
     }
 
-    /// The messages a request's prompt is rendered from, the template's `tools`, and whether a
-    /// system message was put first (for a template that takes no tools: the tools' description).
-    fn tool_prompt(&self, req: &ChatRequest) -> (Vec<Message>, Option<serde_json::Value>, bool) {
+    /// The messages a request's prompt is rendered from, the template's `tools`, and for each of
+    /// those messages the request's messages it holds ([`Part`]s; none for the tools' system
+    /// message put first for a template that takes no tools).
+    fn tool_prompt(&self, req: &ChatRequest) -> (Vec<Message>, Option<serde_json::Value>, Vec<Vec<Part>>) {
         let native = self.template.as_ref().is_some_and(|t| tools::template_takes_tools(t.source()));
         let uses = !req.tools.is_empty() || req.messages.iter().any(|m| !m.tool_calls.is_empty() || m.role == "tool");
+        let whole = |i: usize, m: &Message| vec![Part { message: i, at: 0, len: m.content.len(), extent: m.content.len() }];
+        let each: Vec<Vec<Part>> = req.messages.iter().enumerate().map(|(i, m)| whole(i, m)).collect();
         if !uses {
-            return (req.messages.clone(), None, false);
+            return (req.messages.clone(), None, each);
         }
         if native {
             // (Checked by `check_tool_text`: the template writes these as its own text.)
             let tools = (!req.tools.is_empty()).then(|| serde_json::Value::Array(req.tools.iter().map(ToolSpec::template_value).collect()));
-            return (req.messages.clone(), tools, false);
+            return (req.messages.clone(), tools, each);
         }
         // The convention (text::tools): the tools at the end of the first system message, calls as
-        // the assistant's text, results as user turns.
+        // the assistant's text, results as user turns (the results of consecutive tool messages,
+        // a parallel call's, in one: templates that require alternating roles refuse two user
+        // turns in a row).
         let mut out: Vec<Message> = Vec::with_capacity(req.messages.len() + 1);
-        let mut added = false;
+        let mut parts: Vec<Vec<Part>> = Vec::with_capacity(req.messages.len() + 1);
         if !req.tools.is_empty() {
             let block = tools::tools_system_text(&req.tools);
             match req.messages.first() {
                 Some(m) if m.role == "system" => {}
                 _ => {
                     out.push(Message::new("system", block.clone()));
-                    added = true;
+                    parts.push(Vec::new());
                 }
             }
         }
+        const OPEN: &str = "<tool_response>\n";
+        let mut after_result = false;
         for (i, m) in req.messages.iter().enumerate() {
+            // The tools' text after a system message is hotprefix's, as the added message is; a
+            // call after an assistant's content is the message's.
+            let mut part = whole(i, m)[0];
+            if m.role == "tool" {
+                let wrapped = format!("{OPEN}{}\n</tool_response>", m.content);
+                if let (true, Some(prev), Some(prev_parts)) = (after_result, out.last_mut(), parts.last_mut()) {
+                    prev.content.push('\n');
+                    prev_parts.push(Part { at: prev.content.len() + OPEN.len(), ..part });
+                    prev.content.push_str(&wrapped);
+                    continue;
+                }
+                let mut m = m.clone();
+                m.role = "user".into();
+                m.tool_call_id = None;
+                m.content = wrapped;
+                out.push(m);
+                parts.push(vec![Part { at: OPEN.len(), ..part }]);
+                after_result = true;
+                continue;
+            }
+            after_result = false;
             let mut m = m.clone();
             if i == 0 && m.role == "system" && !req.tools.is_empty() {
                 m.content = format!("{}\n\n{}", m.content, tools::tools_system_text(&req.tools));
@@ -352,27 +380,31 @@ impl Engine {
                         tools::CALL_CLOSE
                     );
                 }
-            }
-            if m.role == "tool" {
-                m.role = "user".into();
-                m.tool_call_id = None;
-                m.content = format!("<tool_response>\n{}\n</tool_response>", m.content);
+                part.extent = m.content.len();
             }
             out.push(m);
+            parts.push(vec![part]);
         }
-        (out, None, added)
+        (out, None, parts)
     }
 
     /// The prompt a chat request runs (before head truncation): its messages rendered with the
     /// model's template, its tools included, and where each of its messages' contents lies.
     pub fn encode_request(&self, req: &ChatRequest) -> Result<Encoded> {
-        let (messages, tools_value, added) = self.tool_prompt(req);
+        let (messages, tools_value, parts) = self.tool_prompt(req);
         let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
-        let mut enc = prompter.encode(&messages)?;
-        if added {
-            enc.drop_first_message();
-        }
-        Ok(enc)
+        let enc = prompter.encode(&messages)?;
+        let all: Vec<usize> = (0..messages.len()).collect();
+        Ok(self.regroup(&enc, &all, &messages, &parts).0)
+    }
+
+    /// The places of the request's messages ([`Encoded::regroup`]) in the encoding of the
+    /// prompt's messages `kept` of `messages`, made of `parts` ([`Self::tool_prompt`]), and
+    /// their indices in the request.
+    fn regroup(&self, enc: &Encoded, kept: &[usize], messages: &[Message], parts: &[Vec<Part>]) -> (Encoded, Vec<usize>) {
+        let contents: Vec<&str> = kept.iter().filter_map(|&m| messages.get(m)).map(|m| m.content.as_str()).collect();
+        let parts: Vec<&[Part]> = kept.iter().filter_map(|&m| parts.get(m)).map(Vec::as_slice).collect();
+        enc.regroup(&contents, &parts, &self.tokenizer)
     }
 
     /// A template that renders the tools writes their names, descriptions and schemas as its own
@@ -453,7 +485,7 @@ impl Engine {
         if req.messages.is_empty() {
             return Err(Error::InvalidArgument("request: no messages".into()));
         }
-        let (messages, tools_value, added) = self.tool_prompt(req);
+        let (messages, tools_value, parts) = self.tool_prompt(req);
         if tools_value.is_some() {
             self.check_tool_text(req)?;
         }
@@ -461,15 +493,11 @@ impl Engine {
         let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
         // A kept history starts at one of the request's user turns: never at a tool's result,
         // which the tools convention renders as a user turn (its call would be cut off).
-        let turns: Vec<bool> = std::iter::repeat_n(false, added as usize).chain(req.messages.iter().map(|m| m.role == "user")).collect();
-        let (mut enc, mut kept) = prompter.fit(&messages, &turns, req.max_tokens, context)?;
-        if added {
-            // The tools' system message is no message of the request: positions and warnings
-            // name the request's own messages (it counts as the template's text).
-            enc.drop_first_message();
-            kept.remove(0);
-            kept.iter_mut().for_each(|k| *k -= 1);
-        }
+        let turns: Vec<bool> = parts.iter().map(|p| p.first().is_some_and(|p| req.messages[p.message].role == "user")).collect();
+        let (enc, kept) = prompter.fit(&messages, &turns, req.max_tokens, context)?;
+        // Positions and warnings name the request's own messages: the tools' system message is
+        // none of them (it counts as the template's text), a tool's result is the text in its tags.
+        let (enc, kept) = self.regroup(&enc, &kept, &messages, &parts);
         let constrained = if req.max_tokens > 0 { self.constraint_of(req)? } else { None };
         let salt = req.cache_salt.clone().unwrap_or_default();
         let seen = Seen::of(&req.messages, &req.tools);
@@ -543,13 +571,15 @@ impl Engine {
             let mut result = Message::new("tool", "0");
             result.tool_call_id = Some(tool_calls[0].id.clone());
             turn.push(result);
-            let (messages, tools_value, _) = self.tool_prompt(&ChatRequest { messages: turn, ..req.clone() });
+            let (messages, tools_value, parts) = self.tool_prompt(&ChatRequest { messages: turn, ..req.clone() });
             let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
             // Best effort: the answer stands whatever happens here; skipped after head truncation
             // (the next prompt is cut otherwise) or an abort.
             let whole = kept.len() == req.messages.len();
             if let (Ok(next), true, false) = (prompter.encode(&messages), whole, g.finish == Finish::Abort) {
-                let upto = next.contents.last().map_or(0, |r| r.start);
+                // (The result's own text: a tag the convention writes before it is computed too.)
+                let all: Vec<usize> = (0..messages.len()).collect();
+                let upto = self.regroup(&next, &all, &messages, &parts).0.contents.last().map_or(0, |r| r.start);
                 if upto > 0 && upto < self.context_size() {
                     let params = GenerateParams { max_tokens: 0, cache_salt: salt.clone(), ..GenerateParams::default() };
                     let _ = self.generate(&next.ids[..upto], &params, |_| {}).await;

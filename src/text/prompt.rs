@@ -15,7 +15,9 @@ use crate::text::tokenizer::Tokenizer;
 pub struct Encoded {
     /// The prompt's token ids.
     pub ids: Vec<u32>,
-    /// Token range of each message's content.
+    /// Token range of each message's content (the tokens that hold any of its bytes; after
+    /// [`Encoded::regroup`], also those of the calls the tools convention writes after an
+    /// assistant message's content).
     pub contents: Vec<std::ops::Range<usize>>,
     /// Characters at the start of each message's content that are not in its tokens: what the
     /// template trimmed there (`locate` counts a divergence's character from the content's own
@@ -73,6 +75,63 @@ impl Encoded {
             }
         }
         r.end
+    }
+}
+
+/// Where a request's message lies in the content of one of the prompt's messages, when the engine
+/// writes messages into others (the tools convention: a tool's result wrapped in tags, the
+/// results of consecutive tool messages in one user turn, calls after their message's content).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// The request's message.
+    pub message: usize,
+    /// Where its content starts in the prompt message's content (bytes).
+    pub at: usize,
+    /// Its content's length (bytes).
+    pub len: usize,
+    /// The bytes from `at` that are the message's: its content, and the tool calls written after
+    /// it (a divergence there is in the message, at the end of its content).
+    pub extent: usize,
+}
+
+impl Encoded {
+    /// The request's messages' places, from those of the prompt's messages this encodes: for
+    /// each prompt message, its `contents` text and the request's messages that are `parts` of
+    /// it. Each part gets the tokens that hold its bytes, its lead (what the template trimmed of
+    /// it) and skip; a prompt message with no part (one the engine added) is no message of the
+    /// request. Returns them and the request's messages' indices, in order.
+    pub fn regroup(&self, contents: &[&str], parts: &[&[Part]], tokenizer: &Tokenizer) -> (Encoded, Vec<usize>) {
+        let mut out = Encoded { ids: self.ids.clone(), contents: Vec::new(), leads: Vec::new(), skips: Vec::new() };
+        let mut kept = Vec::new();
+        for (k, (content, parts)) in contents.iter().zip(parts).enumerate() {
+            let r = self.contents.get(k).cloned().unwrap_or(0..0);
+            let skip = self.skips.get(k).copied().unwrap_or(0);
+            let lead = self.lead_bytes(k, content);
+            // Where each token of the content ends, in bytes from the first one's start.
+            let mut ends = Vec::with_capacity(r.len());
+            let mut total = 0;
+            for &id in self.ids.get(r.clone()).unwrap_or(&[]) {
+                total += tokenizer.token_bytes(id).map_or(0, |b| b.len());
+                ends.push(total);
+            }
+            // The token that holds byte `b` of those (the content's end past them).
+            let token = |b: usize| (r.start + ends.partition_point(|&e| e <= b)).min(r.end);
+            for p in parts.iter() {
+                // The part's bytes that the template kept.
+                let to = p.at + p.extent;
+                let from = p.at.max(lead).min(to);
+                let b0 = skip + from.saturating_sub(lead);
+                let t0 = token(b0);
+                let t1 = if to > from { token(skip + (to - lead) - 1) + 1 } else { t0 }.clamp(t0, r.end);
+                let first = if t0 > r.start { ends.get(t0 - r.start - 1).copied().unwrap_or(0) } else { 0 };
+                out.contents.push(t0..t1);
+                out.skips.push(if t1 > t0 { b0.saturating_sub(first) } else { 0 });
+                let dropped = (from - p.at).min(p.len);
+                out.leads.push(content.get(p.at..p.at + dropped).map_or(0, |t| t.chars().count()));
+                kept.push(p.message);
+            }
+        }
+        (out, kept)
     }
 }
 
