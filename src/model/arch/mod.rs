@@ -10,7 +10,7 @@ mod qwen2;
 mod qwen3;
 
 use crate::error::{Error, Result};
-use crate::model::gguf::Gguf;
+use crate::model::gguf::{self, Gguf};
 
 use super::blocks::Pass;
 use super::config::{Act, Rope};
@@ -144,7 +144,17 @@ pub fn features(g: &Gguf) -> Vec<String> {
     if let Some(w) = num("attention.sliding_window") {
         match known.map(|a| a.swa_pattern) {
             Some(0) => f.push(format!("sliding window {w} declared, not applied (as llama.cpp)")),
-            Some(p) => f.push(format!("sliding window {w} (every layer but each {p}th)")),
+            Some(p) => match g.get(&format!("{arch}.attention.sliding_window_pattern")) {
+                Some(gguf::Value::Array(a)) => {
+                    let local = a.iter().filter(|v| matches!(v, gguf::Value::Bool(true))).count();
+                    f.push(format!("sliding window {w} (on {local} of {} layers, by the file's pattern)", a.len()))
+                }
+                Some(v) => match v.as_u64() {
+                    Some(n) => f.push(format!("sliding window {w} (every layer but each {n}th, by the file's pattern)")),
+                    None => f.push(format!("sliding window {w}")),
+                },
+                None => f.push(format!("sliding window {w} (every layer but each {p}th)")),
+            },
             None => f.push(format!("sliding window {w}")),
         }
     }
