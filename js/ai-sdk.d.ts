@@ -18,4 +18,7 @@ export interface HotprefixProviderOptions {
   cacheSalt?: string;
   /** llama.cpp's repetition penalty over the last 64 tokens (1: off). */
   repetitionPenalty?: number;
+  /** The engine's `chat_template_kwargs`: more variables for the chat template (Qwen3's
+   * `{ enable_thinking: false }`). */
+  chatTemplateKwargs?: Record<string, unknown>;
 }

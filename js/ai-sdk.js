@@ -105,7 +105,11 @@ function requestOf(options) {
 
 // `providerOptions.hotprefix`: the engine's own request fields. A key it does not know is refused
 // (as the engine refuses a field it does not implement), not ignored.
-const PROVIDER_OPTIONS = { cacheSalt: ['cache_salt', 'string'], repetitionPenalty: ['repetition_penalty', 'number'] };
+const PROVIDER_OPTIONS = {
+  cacheSalt: ['cache_salt', 'string'],
+  repetitionPenalty: ['repetition_penalty', 'number'],
+  chatTemplateKwargs: ['chat_template_kwargs', 'object'],
+};
 function hotprefixOptions(o) {
   if (o == null) return {};
   if (typeof o !== 'object' || Array.isArray(o)) throw new InvalidRequestError('providerOptions.hotprefix must be an object');
@@ -114,7 +118,7 @@ function hotprefixOptions(o) {
     const known = PROVIDER_OPTIONS[k];
     if (!known) throw new InvalidRequestError(`providerOptions.hotprefix.${k} is not supported (${Object.keys(PROVIDER_OPTIONS).join(', ')} are)`);
     if (v == null) continue;
-    if (typeof v !== known[1]) throw new InvalidRequestError(`providerOptions.hotprefix.${k} must be a ${known[1]}`);
+    if (typeof v !== known[1] || Array.isArray(v)) throw new InvalidRequestError(`providerOptions.hotprefix.${k} must be a${known[1] === 'object' ? 'n' : ''} ${known[1]}`);
     out[known[0]] = v;
   }
   return out;

@@ -147,6 +147,11 @@ export interface ChatCompletionCreateParams {
   tool_choice?: ToolChoice | OtherTool | null;
   /** Several calls in one answer (default true). */
   parallel_tool_calls?: boolean | null;
+  /** More variables for the model's chat template (as vLLM's and llama.cpp's): Qwen3's
+   * `{ enable_thinking: false }`, Llama-3.x's `{ date_string: '26 Jul 2024' }` (a fixed date keeps
+   * the system prompt's cache across days). `messages`, `tools`, `add_generation_prompt`,
+   * `bos_token` and `eos_token` are refused. */
+  chat_template_kwargs?: Record<string, unknown> | null;
   /** 1 only (more is refused). */
   n?: number | null;
   model?: string;

@@ -131,6 +131,11 @@ pub struct ChatRequest {
     pub tool_choice: ToolChoice,
     /// Whether one answer may call several tools (OpenAI's default: true).
     pub parallel_tool_calls: bool,
+    /// More variables for the chat template (vLLM's and llama.cpp's `chat_template_kwargs`):
+    /// Qwen3's `enable_thinking: false`, Llama-3.x's `date_string`, … Empty by default. The
+    /// template's own variables (`messages`, `tools`, `add_generation_prompt`, `bos_token`,
+    /// `eos_token`) cannot be set this way.
+    pub chat_template_kwargs: serde_json::Map<String, Value>,
 }
 
 /// The request as it arrives: every optional field may be `null`, and unknown fields are
@@ -159,6 +164,7 @@ struct WireRequest {
     tools: Option<Vec<WireTool>>,
     tool_choice: Option<WireToolChoice>,
     parallel_tool_calls: Option<bool>,
+    chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 #[derive(Deserialize)]
@@ -298,6 +304,10 @@ impl TryFrom<WireRequest> for ChatRequest {
             return Err(format!("stop[{i}]: {} characters, 1 to {MAX_STOP_CHARS} allowed", s.chars().count()));
         }
         check_tool_messages(&w.messages)?;
+        let chat_template_kwargs = w.chat_template_kwargs.unwrap_or_default();
+        if let Some(k) = chat_template_kwargs.keys().find(|k| crate::text::template::CONTEXT.contains(&k.as_str())) {
+            return Err(format!("chat_template_kwargs.{k}: the template's own variable, set by the request itself"));
+        }
         let response_format = match w.response_format {
             None | Some(WireFormat::Text) => ResponseFormat::Text,
             Some(WireFormat::JsonObject) => ResponseFormat::JsonObject,
@@ -357,6 +367,7 @@ impl TryFrom<WireRequest> for ChatRequest {
             tools,
             tool_choice,
             parallel_tool_calls: w.parallel_tool_calls.unwrap_or(true),
+            chat_template_kwargs,
         };
         r.sampling().validate().map_err(|e| match e {
             Error::InvalidArgument(m) => m,
@@ -388,6 +399,7 @@ impl ChatRequest {
             tools: Vec::new(),
             tool_choice: ToolChoice::None,
             parallel_tool_calls: true,
+            chat_template_kwargs: serde_json::Map::new(),
         }
     }
 
@@ -612,6 +624,20 @@ mod tests {
         }
         let m = refused(r#"{"messages":[{"role":"user","content":"hi","tool_cals":[]}]}"#);
         assert!(m.contains("`tool_cals`"), "{m}");
+    }
+
+    #[test]
+    fn chat_template_kwargs_are_read_and_the_templates_own_variables_refused() {
+        let r =
+            ChatRequest::from_json(&format!(r#"{{{HI},"chat_template_kwargs":{{"enable_thinking":false,"date_string":"1 Jan 2026"}}}}"#))
+                .unwrap();
+        assert_eq!(r.chat_template_kwargs.get("enable_thinking"), Some(&Value::Bool(false)));
+        assert_eq!(ChatRequest::from_json(&format!("{{{HI}}}")).unwrap().chat_template_kwargs.len(), 0);
+        for k in crate::text::template::CONTEXT {
+            let m = refused(&format!(r#"{{{HI},"chat_template_kwargs":{{"{k}":1}}}}"#));
+            assert!(m.contains(&format!("chat_template_kwargs.{k}")), "{m}");
+        }
+        refused(&format!(r#"{{{HI},"chat_template_kwargs":[1]}}"#));
     }
 
     #[test]

@@ -33,7 +33,7 @@ fn gemma3_prompts_and_builtin_template_give_llama_cpp_ids() {
                 .iter()
                 .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
                 .collect();
-            Prompter { template: Some(&template), tokenizer: &tokenizer, tools: None }.encode(&messages).unwrap().ids
+            Prompter { template: Some(&template), tokenizer: &tokenizer, tools: None, vars: None }.encode(&messages).unwrap().ids
         } else {
             tokenizer.encode_prompt(p["text"].as_str().unwrap()).unwrap()
         };

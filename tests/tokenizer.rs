@@ -276,7 +276,7 @@ fn family_matches_llama_cpp(family: &str, file: &str) {
             if t.add_bos() && want.first() != t.bos_id().as_ref() {
                 want.insert(0, t.bos_id().unwrap());
             }
-            let got = Prompter { template: Some(&template), tokenizer: &t, tools: None }.encode(&messages).unwrap();
+            let got = Prompter { template: Some(&template), tokenizer: &t, tools: None, vars: None }.encode(&messages).unwrap();
             if got.ids != want {
                 bad.push(format!("{}: the prompt encoder's ids differ from llama.cpp's\n  want {want:?}\n  got  {:?}", c["id"], got.ids));
             }
@@ -510,7 +510,7 @@ fn phi3_rstrip_reaches_into_the_content() {
         let text = template.render(&messages, true).unwrap();
         let mut want: Vec<u32> = if t.add_bos() { t.bos_id().into_iter().collect() } else { vec![] };
         want.extend(t.encode_with_special(&text).unwrap());
-        let got = Prompter { template: Some(&template), tokenizer: &t, tools: None }.encode(&messages).unwrap();
+        let got = Prompter { template: Some(&template), tokenizer: &t, tools: None, vars: None }.encode(&messages).unwrap();
         assert_eq!(got.ids, want, "{content:?}");
     }
 }
@@ -532,7 +532,7 @@ fn a_divergence_char_does_not_count_the_templates_text_in_the_first_token() {
     for (name, t, template) in
         [("SentencePiece, Llama-2's template", &spm, llama2.as_ref().unwrap()), ("SmolLM2's BPE, `role: `", tok(), &bpe)]
     {
-        let p = Prompter { template: Some(template), tokenizer: t, tools: None };
+        let p = Prompter { template: Some(template), tokenizer: t, tools: None, vars: None };
         let content = "Alice went home early today";
         let messages = [Message::new("user", content)];
         let enc = p.encode(&messages).unwrap();
@@ -557,7 +557,7 @@ fn a_divergence_inside_a_split_character_is_that_character() {
     let (spm, _) = arch("tiny-spm.gguf");
     let (t0, chat) = model();
     for (name, t, template) in [("SmolLM2's BPE", t0, chat), ("Gemma-3's SentencePiece", &spm, &gemma)] {
-        let p = Prompter { template: Some(template), tokenizer: t, tools: None };
+        let p = Prompter { template: Some(template), tokenizer: t, tools: None, vars: None };
         let c = ["\u{1F9A9}", "\u{1D11E}", "\u{10348}", "\u{1F6F8}", "\u{2A6D6}"]
             .into_iter()
             .find(|c| t.encode_text(c).unwrap().len() > 1)
@@ -575,4 +575,23 @@ fn a_divergence_inside_a_split_character_is_that_character() {
             assert_eq!(at.char, 2, "{name}: token {k} is inside character 2 ({c})");
         }
     }
+}
+
+/// A request's `chat_template_kwargs` reach the template: Qwen3's `enable_thinking: false` opens
+/// the answer with an empty `<think>` block, as Hugging Face renders it; without it, no block.
+#[test]
+fn chat_template_kwargs_reach_the_template() {
+    let (t, template) = arch("tiny-qwen3.gguf");
+    let template = template.unwrap();
+    let messages = [Message::new("user", "hi")];
+    let mut vars = serde_json::Map::new();
+    vars.insert("enable_thinking".into(), Json::Bool(false));
+    let off = Prompter { template: Some(&template), tokenizer: &t, tools: None, vars: Some(&vars) }.encode(&messages).unwrap();
+    let plain = Prompter { template: Some(&template), tokenizer: &t, tools: None, vars: None }.encode(&messages).unwrap();
+    let text = |ids: &[u32]| t.decode(ids).unwrap();
+    assert!(text(&off.ids).ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"), "{:?}", text(&off.ids));
+    assert!(text(&plain.ids).ends_with("<|im_start|>assistant\n"), "{:?}", text(&plain.ids));
+    assert_eq!(off.ids[..plain.ids.len()], plain.ids[..], "the same prompt up to the answer");
+    vars.insert("messages".into(), Json::Null);
+    assert!(template.render_with(&messages, None, Some(&vars), true).is_err(), "the template's own variables are not set this way");
 }

@@ -47,7 +47,7 @@ pub fn tokenize(path: &str, prompt: Option<String>, messages: Option<String>) ->
     let ids = match (prompt, messages) {
         (_, Some(m)) => {
             let template = ChatTemplate::for_gguf(&g)?;
-            Prompter { template: template.as_ref(), tokenizer: &tokenizer, tools: None }.encode(&crate::read_messages(&m)?)?.ids
+            Prompter { template: template.as_ref(), tokenizer: &tokenizer, tools: None, vars: None }.encode(&crate::read_messages(&m)?)?.ids
         }
         (Some(p), None) => tokenizer.encode_prompt(&p)?,
         (None, None) => return Err(hotprefix::Error::InvalidArgument("give --prompt or --messages".into())),

@@ -276,7 +276,7 @@ impl Engine {
 
     /// The model's template and tokenizer, as prompts are made from them.
     pub fn prompter(&self) -> Prompter<'_> {
-        Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: None }
+        Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: None, vars: None }
     }
 
     /// Answers one chat request: head truncation to fit the context window, prompt-layout lint,
@@ -392,7 +392,12 @@ impl Engine {
     /// model's template, its tools included, and where each of its messages' contents lies.
     pub fn encode_request(&self, req: &ChatRequest) -> Result<Encoded> {
         let (messages, tools_value, parts) = self.tool_prompt(req);
-        let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
+        let prompter = Prompter {
+            template: self.template.as_ref(),
+            tokenizer: &self.tokenizer,
+            tools: tools_value.as_ref(),
+            vars: Some(&req.chat_template_kwargs),
+        };
         let enc = prompter.encode(&messages)?;
         let all: Vec<usize> = (0..messages.len()).collect();
         Ok(self.regroup(&enc, &all, &messages, &parts).0)
@@ -490,7 +495,12 @@ impl Engine {
             self.check_tool_text(req)?;
         }
         let context = self.context_size();
-        let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
+        let prompter = Prompter {
+            template: self.template.as_ref(),
+            tokenizer: &self.tokenizer,
+            tools: tools_value.as_ref(),
+            vars: Some(&req.chat_template_kwargs),
+        };
         // A kept history starts at one of the request's user turns: never at a tool's result,
         // which the tools convention renders as a user turn (its call would be cut off).
         let turns: Vec<bool> = parts.iter().map(|p| p.first().is_some_and(|p| req.messages[p.message].role == "user")).collect();
@@ -572,7 +582,12 @@ impl Engine {
             result.tool_call_id = Some(tool_calls[0].id.clone());
             turn.push(result);
             let (messages, tools_value, parts) = self.tool_prompt(&ChatRequest { messages: turn, ..req.clone() });
-            let prompter = Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: tools_value.as_ref() };
+            let prompter = Prompter {
+                template: self.template.as_ref(),
+                tokenizer: &self.tokenizer,
+                tools: tools_value.as_ref(),
+                vars: Some(&req.chat_template_kwargs),
+            };
             // Best effort: the answer stands whatever happens here; skipped after head truncation
             // (the next prompt is cut otherwise) or an abort.
             let whole = kept.len() == req.messages.len();

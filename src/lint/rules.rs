@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn a_spans_token_does_not_count_the_templates_text() {
         let (tok, template) = arch("tiny-spm-prefix.gguf");
-        let p = crate::text::prompt::Prompter { template: Some(&template), tokenizer: &tok, tools: None };
+        let p = crate::text::prompt::Prompter { template: Some(&template), tokenizer: &tok, tools: None, vars: None };
         let first = format!("Alice 09:14 {}", "the canal has seven locks and a lake. ".repeat(8));
         let messages = vec![Message::new("user", first), Message::new("assistant", "ok"), Message::new("user", "and?")];
         let enc = p.encode(&messages).unwrap();
@@ -318,7 +318,7 @@ mod tests {
             &crate::model::gguf::Gguf::parse(&crate::check::testmodel::tiny_gguf(1)).unwrap(),
         )
         .unwrap();
-        let p = crate::text::prompt::Prompter { template: Some(&template), tokenizer: &tok, tools: None };
+        let p = crate::text::prompt::Prompter { template: Some(&template), tokenizer: &tok, tools: None, vars: None };
         let mut h = History::default();
         let first = msgs(&[("user", "When is the meeting?")]);
         h.record("", Seen::of(&first, &[]));

@@ -153,6 +153,9 @@ pub struct ChatTemplate {
     builtin: Option<&'static str>,
 }
 
+/// The variables every render sets: a request's `chat_template_kwargs` cannot set them.
+pub const CONTEXT: [&str; 5] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
+
 /// llama.cpp's built-in `gemma` template (`llm_chat_apply_template`, LLM_CHAT_TEMPLATE_GEMMA) as
 /// Jinja: no system role, so the system messages (trimmed, joined) open the first user turn
 /// followed by a blank line; `assistant` is `model`; every content trimmed. No BOS text: the
@@ -300,6 +303,21 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.render_with(messages, tools, None, add_generation_prompt)
+    }
+
+    /// [`Self::render_with_tools`] with more variables for the template (a request's
+    /// `chat_template_kwargs`; names in [`CONTEXT`] are the template's own and are not taken).
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+        vars: Option<&serde_json::Map<String, serde_json::Value>>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        if let Some(k) = vars.and_then(|v| v.keys().find(|k| CONTEXT.contains(&k.as_str()))) {
+            return Err(err(format!("{k:?} is the template's own variable")));
+        }
         if let Some((i, m)) = messages.iter().enumerate().find(|(_, m)| !ROLES.contains(&m.role.as_str())) {
             return Err(err(format!("message {i} has role {:?} (system, user, assistant or tool expected)", m.role)));
         }
@@ -313,6 +331,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            ..minijinja::Value::from_serialize(vars.cloned().unwrap_or_default())
         };
         // Fuel, recursion and output limits end a hostile template here, as an Error::Template.
         if let Err(e) = tmpl.render_captured_to(ctx, &mut out) {

@@ -64,14 +64,16 @@ test("providerOptions.hotprefix sets the engine's own fields, refuses other keys
   } } } };
   const model = hotprefix(engine);
   const prompt = OPTIONS.prompt;
-  await model.doGenerate({ prompt, providerOptions: { hotprefix: { cacheSalt: 'tenant-1', repetitionPenalty: 1.1 } } });
+  await model.doGenerate({ prompt, providerOptions: { hotprefix: { cacheSalt: 'tenant-1', repetitionPenalty: 1.1, chatTemplateKwargs: { enable_thinking: false } } } });
   assert.equal(seen[0].cache_salt, 'tenant-1');
   assert.equal(seen[0].repetition_penalty, 1.1);
+  assert.deepEqual(seen[0].chat_template_kwargs, { enable_thinking: false });
   // Other providers' options are theirs; an unknown key of hotprefix's is refused, as is a wrong type.
   await model.doGenerate({ prompt, providerOptions: { openai: { user: 'x' } } });
   assert.equal('user' in seen[1], false);
   await assert.rejects(model.doGenerate({ prompt, providerOptions: { hotprefix: { cache_salt: 'x' } } }), /providerOptions\.hotprefix\.cache_salt is not supported/);
   await assert.rejects(model.doGenerate({ prompt, providerOptions: { hotprefix: { cacheSalt: 7 } } }), /must be a string/);
+  await assert.rejects(model.doGenerate({ prompt, providerOptions: { hotprefix: { chatTemplateKwargs: [1] } } }), /must be an object/);
   assert.equal(seen.length, 2);
   const tools = [{ ...OPTIONS.tools[0], inputExamples: [{ input: { city: 'Paris' } }] }];
   const r = await model.doGenerate({ prompt, tools, includeRawChunks: true });
