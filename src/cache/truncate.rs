@@ -88,17 +88,23 @@ pub fn plan(items: &[Item], tail: usize, room: usize, extra_steps: usize) -> Res
 /// later message for which `may_start` holds (and at last at the last message). For a template
 /// that refuses `plan`'s kept history (one that requires alternating roles, after a pinned user
 /// message): the first of these it renders is the cut.
-pub fn later_cuts(items: &[Item], plan: &Plan, may_start: impl Fn(usize) -> bool) -> Vec<Plan> {
+/// Lazy: each plan is built when it is tried (a request may have thousands of messages).
+pub fn later_cuts<'a>(items: &'a [Item], plan: &Plan, may_start: impl Fn(usize) -> bool + 'a) -> impl Iterator<Item = Plan> + 'a {
     let n = items.len();
-    if n == 0 {
-        return Vec::new();
-    }
     let history: Vec<usize> = (0..n).filter(|&i| !items[i].pinned).collect();
-    let last_h = history.len().saturating_sub(if items[n - 1].pinned { 0 } else { 1 });
-    (plan.dropped + 1..=last_h)
-        .filter(|&j| j == last_h || history.get(j).is_some_and(|&i| may_start(i)))
-        .map(|j| Plan { keep: (0..n).filter(|i| !history[..j].contains(i)).collect(), dropped: j })
-        .collect()
+    let last_h = match items.last() {
+        Some(last) => history.len().saturating_sub(if last.pinned { 0 } else { 1 }),
+        None => 0,
+    };
+    let first = if n == 0 { 1 } else { plan.dropped + 1 };
+    (first..=last_h).filter_map(move |j| {
+        if j != last_h && !history.get(j).is_some_and(|&i| may_start(i)) {
+            return None;
+        }
+        // History is in message order: the first j history messages are dropped.
+        let cut = history.get(j).copied().unwrap_or(n);
+        Some(Plan { keep: (0..n).filter(|&i| items[i].pinned || i >= cut).collect(), dropped: j })
+    })
 }
 
 #[cfg(test)]

@@ -194,6 +194,19 @@ pub struct Constrained {
     pub stop_strings: bool,
 }
 
+/// Every string of a JSON value, object keys included, at any depth.
+fn json_strings<'v>(v: &'v serde_json::Value, out: &mut Vec<&'v str>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| json_strings(x, out)),
+        serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| {
+            out.push(k);
+            json_strings(x, out)
+        }),
+        _ => {}
+    }
+}
+
 impl Engine {
     /// Loads a GGUF model (held whole in memory) onto `gpu` and allocates its KV pool.
     pub async fn load(gpu: Gpu, file: &[u8], opts: EngineOptions) -> Result<Engine> {
@@ -349,6 +362,8 @@ impl Engine {
             if m.role == "tool" {
                 let wrapped = format!("{OPEN}{}\n</tool_response>", m.content);
                 if let (true, Some(prev), Some(prev_parts)) = (after_result, out.last_mut(), parts.last_mut()) {
+                    // One turn: pinned if any of its results is (none is dropped alone).
+                    prev.pinned |= m.pinned;
                     prev.content.push('\n');
                     prev_parts.push(Part { at: prev.content.len() + OPEN.len(), ..part });
                     prev.content.push_str(&wrapped);
@@ -417,30 +432,38 @@ impl Engine {
     /// private-use characters the prompt encoder marks fields with) is refused, so that no tool
     /// definition can forge a turn.
     fn check_tool_text(&self, req: &ChatRequest) -> Result<()> {
-        fn strings<'v>(v: &'v serde_json::Value, out: &mut Vec<&'v str>) {
-            match v {
-                serde_json::Value::String(s) => out.push(s),
-                serde_json::Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
-                serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| {
-                    out.push(k);
-                    strings(x, out)
-                }),
-                _ => {}
-            }
-        }
         for (i, t) in req.tools.iter().enumerate() {
             let value = t.template_value();
             let mut texts = Vec::new();
-            strings(&value, &mut texts);
-            for text in texts {
-                if let Some(c) = self.tokenizer.find_control_text(text) {
-                    return Err(Error::InvalidArgument(format!(
-                        "tools[{i}] holds the control-token text {c:?}, which the chat template would write as a control token"
-                    )));
-                }
-                if text.contains(crate::text::prompt::MARKERS) {
-                    return Err(Error::InvalidArgument(format!("tools[{i}] holds the private-use characters U+E000/U+E001")));
-                }
+            json_strings(&value, &mut texts);
+            self.check_template_text(&format!("tools[{i}]"), &texts)?;
+        }
+        Ok(())
+    }
+
+    /// `chat_template_kwargs`' strings (keys and values, at any depth) are written by the template
+    /// as its own text too: [`Self::check_template_text`].
+    fn check_template_vars(&self, req: &ChatRequest) -> Result<()> {
+        for (k, v) in &req.chat_template_kwargs {
+            let mut texts = vec![k.as_str()];
+            json_strings(v, &mut texts);
+            self.check_template_text(&format!("chat_template_kwargs.{k}"), &texts)?;
+        }
+        Ok(())
+    }
+
+    /// Text of a request that the chat template writes as its own (a tool's definition, a
+    /// template variable) may hold no control-token text (it would become a control token) and
+    /// no field marker.
+    fn check_template_text(&self, at: &str, texts: &[&str]) -> Result<()> {
+        for text in texts {
+            if let Some(c) = self.tokenizer.find_control_text(text) {
+                return Err(Error::InvalidArgument(format!(
+                    "{at} holds the control-token text {c:?}, which the chat template would write as a control token"
+                )));
+            }
+            if text.contains(crate::text::prompt::MARKERS) {
+                return Err(Error::InvalidArgument(format!("{at} holds the private-use characters U+E000/U+E001")));
             }
         }
         Ok(())
@@ -494,6 +517,7 @@ impl Engine {
         if tools_value.is_some() {
             self.check_tool_text(req)?;
         }
+        self.check_template_vars(req)?;
         let context = self.context_size();
         let prompter = Prompter {
             template: self.template.as_ref(),

@@ -147,7 +147,9 @@ impl Config {
         let num = |k: &str| -> Result<Option<f64>> {
             match g.get(k) {
                 None => Ok(None),
-                Some(_) => g.f64(k).map(Some),
+                Some(Value::F32(f)) => Ok(Some(f64::from(*f))),
+                Some(Value::F64(f)) => Ok(Some(*f)),
+                Some(v) => Err(Error::Model(format!("{k} = {v:?}: a float expected (llama.cpp refuses another type)"))),
             }
         };
         let mut factor = None;
@@ -333,6 +335,7 @@ mod tests {
             ("rope.dimension_count_swa", Value::U32(8)),
             ("rope.scaling.factor", Value::Str("8".into())),
             ("rope.freq_base", Value::Str("1e6".into())),
+            ("rope.freq_base", Value::U32(1_000_000)),
             ("rope.scaling.type", Value::U32(1)),
         ];
         for (k, v) in refused {
