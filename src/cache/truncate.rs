@@ -169,7 +169,7 @@ mod tests {
     fn later_cuts_drop_more_at_each_allowed_start() {
         let items = chat(6, 10); // pinned, then user, assistant, user, assistant, user, assistant
         let p = Plan { keep: vec![0, 3, 4, 5, 6], dropped: 2 };
-        let later: Vec<Vec<usize>> = later_cuts(&items, &p, |i| i % 2 == 0).into_iter().map(|p| p.keep).collect();
+        let later: Vec<Vec<usize>> = later_cuts(&items, &p, |i| i % 2 == 0).map(|p| p.keep).collect();
         assert_eq!(later, [vec![0, 4, 5, 6], vec![0, 6]], "before each assistant turn (even items), then the last message alone");
     }
 
