@@ -1,6 +1,6 @@
 // Types of hotprefix/ai-sdk (ai-sdk.js): the engine as an AI SDK language model. The interface
 // comes from `@ai-sdk/provider` (a peer dependency of this entry point only; `ai` 7 brings it).
-import type { LanguageModelV4 } from '@ai-sdk/provider';
+import type { JSONObject, LanguageModelV4 } from '@ai-sdk/provider';
 import type { Engine } from './index.js';
 
 /**
@@ -20,5 +20,5 @@ export interface HotprefixProviderOptions {
   repetitionPenalty?: number;
   /** The engine's `chat_template_kwargs`: more variables for the chat template (Qwen3's
    * `{ enable_thinking: false }`). */
-  chatTemplateKwargs?: Record<string, unknown>;
+  chatTemplateKwargs?: JSONObject;
 }

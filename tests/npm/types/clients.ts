@@ -37,7 +37,7 @@ async function main(): Promise<void> {
   const viaClient: OpenAIChatCompletion = await client.chat.completions.create(plain);
   // The provider is an AI SDK model.
   const model: LanguageModel = hotprefix(engine);
-  const hp: HotprefixProviderOptions = { cacheSalt: 'tenant-1', repetitionPenalty: 1.1 };
+  const hp: HotprefixProviderOptions = { cacheSalt: 'tenant-1', repetitionPenalty: 1.1, chatTemplateKwargs: { enable_thinking: false } };
   const { text, usage } = await generateText({ model, prompt: 'Hi', providerOptions: { hotprefix: { ...hp } } });
   const cached: number | undefined = usage.inputTokenDetails.cacheReadTokens;
   const s = streamText({ model: hotprefix(engine, { modelId: 'local' }), prompt: 'Hi' });

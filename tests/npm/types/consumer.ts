@@ -28,7 +28,7 @@ async function main(): Promise<void> {
   const ac = new AbortController();
   const r: ChatCompletion = await engine.chat.completions.create({
     messages: [system, { role: 'user', content: 'Hi' }], max_tokens: 16, temperature: 0, top_p: 1, top_k: 40,
-    seed: 1, stop: ['\n\n'], cache_salt: 'user-1', signal: ac.signal,
+    seed: 1, stop: ['\n\n'], cache_salt: 'user-1', chat_template_kwargs: { enable_thinking: false }, signal: ac.signal,
   });
   const text: string = r.choices[0].message.content ?? '';
   const cached: number = r.usage.prompt_tokens_details.cached_tokens;
