@@ -292,6 +292,12 @@ impl Engine {
         Prompter { template: self.template.as_ref(), tokenizer: &self.tokenizer, tools: None, vars: None }
     }
 
+    /// [`Self::prompter`] for a request: the template's `tools` ([`Self::tool_prompt`]'s) and the
+    /// request's `chat_template_kwargs`.
+    fn request_prompter<'a>(&'a self, tools: Option<&'a serde_json::Value>, req: &'a ChatRequest) -> Prompter<'a> {
+        Prompter { tools, vars: Some(&req.chat_template_kwargs), ..self.prompter() }
+    }
+
     /// Answers one chat request: head truncation to fit the context window, prompt-layout lint,
     /// generation over the resident cache, and the cache report (with the miss diagnosis).
     pub async fn chat(&mut self, req: &ChatRequest, on_text: impl FnMut(&str)) -> Result<ChatResult> {
@@ -327,8 +333,8 @@ impl Engine {
     fn tool_prompt(&self, req: &ChatRequest) -> (Vec<Message>, Option<serde_json::Value>, Vec<Vec<Part>>) {
         let native = self.template.as_ref().is_some_and(|t| tools::template_takes_tools(t.source()));
         let uses = !req.tools.is_empty() || req.messages.iter().any(|m| !m.tool_calls.is_empty() || m.role == "tool");
-        let whole = |i: usize, m: &Message| vec![Part { message: i, at: 0, len: m.content.len(), extent: m.content.len() }];
-        let each: Vec<Vec<Part>> = req.messages.iter().enumerate().map(|(i, m)| whole(i, m)).collect();
+        let whole = |i: usize, m: &Message| Part { message: i, at: 0, len: m.content.len(), extent: m.content.len() };
+        let each: Vec<Vec<Part>> = req.messages.iter().enumerate().map(|(i, m)| vec![whole(i, m)]).collect();
         if !uses {
             return (req.messages.clone(), None, each);
         }
@@ -358,7 +364,7 @@ impl Engine {
         for (i, m) in req.messages.iter().enumerate() {
             // The tools' text after a system message is hotprefix's, as the added message is; a
             // call after an assistant's content is the message's.
-            let mut part = whole(i, m)[0];
+            let mut part = whole(i, m);
             if m.role == "tool" {
                 let wrapped = format!("{OPEN}{}\n</tool_response>", m.content);
                 if let (true, Some(prev), Some(prev_parts)) = (after_result, out.last_mut(), parts.last_mut()) {
@@ -407,12 +413,7 @@ impl Engine {
     /// model's template, its tools included, and where each of its messages' contents lies.
     pub fn encode_request(&self, req: &ChatRequest) -> Result<Encoded> {
         let (messages, tools_value, parts) = self.tool_prompt(req);
-        let prompter = Prompter {
-            template: self.template.as_ref(),
-            tokenizer: &self.tokenizer,
-            tools: tools_value.as_ref(),
-            vars: Some(&req.chat_template_kwargs),
-        };
+        let prompter = self.request_prompter(tools_value.as_ref(), req);
         let enc = prompter.encode(&messages)?;
         let all: Vec<usize> = (0..messages.len()).collect();
         Ok(self.regroup(&enc, &all, &messages, &parts).0)
@@ -519,12 +520,7 @@ impl Engine {
         }
         self.check_template_vars(req)?;
         let context = self.context_size();
-        let prompter = Prompter {
-            template: self.template.as_ref(),
-            tokenizer: &self.tokenizer,
-            tools: tools_value.as_ref(),
-            vars: Some(&req.chat_template_kwargs),
-        };
+        let prompter = self.request_prompter(tools_value.as_ref(), req);
         // A kept history starts at one of the request's user turns: never at a tool's result,
         // which the tools convention renders as a user turn (its call would be cut off).
         let turns: Vec<bool> = parts.iter().map(|p| p.first().is_some_and(|p| req.messages[p.message].role == "user")).collect();
@@ -606,12 +602,7 @@ impl Engine {
             result.tool_call_id = Some(tool_calls[0].id.clone());
             turn.push(result);
             let (messages, tools_value, parts) = self.tool_prompt(&ChatRequest { messages: turn, ..req.clone() });
-            let prompter = Prompter {
-                template: self.template.as_ref(),
-                tokenizer: &self.tokenizer,
-                tools: tools_value.as_ref(),
-                vars: Some(&req.chat_template_kwargs),
-            };
+            let prompter = self.request_prompter(tools_value.as_ref(), req);
             // Best effort: the answer stands whatever happens here; skipped after head truncation
             // (the next prompt is cut otherwise) or an abort.
             let whole = kept.len() == req.messages.len();

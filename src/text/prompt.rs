@@ -30,20 +30,6 @@ pub struct Encoded {
 }
 
 impl Encoded {
-    /// Forgets the first message's place (a message the engine added, such as the tools' system
-    /// message): its content range and its lead, so that index k names the request's message k.
-    pub fn drop_first_message(&mut self) {
-        if !self.contents.is_empty() {
-            self.contents.remove(0);
-        }
-        if !self.leads.is_empty() {
-            self.leads.remove(0);
-        }
-        if !self.skips.is_empty() {
-            self.skips.remove(0);
-        }
-    }
-
     /// Where message `k`'s kept text (what its tokens spell) starts in its `content`: after the
     /// `leads[k]` characters the template dropped.
     pub fn lead_bytes(&self, k: usize, content: &str) -> usize {
@@ -56,9 +42,8 @@ impl Encoded {
     /// counts all of it.
     pub fn bytes_before(&self, k: usize, t: usize, tokenizer: &Tokenizer) -> usize {
         let Some(r) = self.contents.get(k) else { return 0 };
-        let end = t.clamp(r.start, r.end);
-        let bytes: usize =
-            self.ids.get(r.start..end).unwrap_or(&[]).iter().map(|&id| tokenizer.token_bytes(id).map_or(0, |b| b.len())).sum();
+        let n = t.clamp(r.start, r.end) - r.start;
+        let bytes = n.checked_sub(1).and_then(|i| self.token_ends(r.clone(), tokenizer).get(i).copied()).unwrap_or(0);
         bytes.saturating_sub(self.skips.get(k).copied().unwrap_or(0))
     }
 
@@ -67,14 +52,13 @@ impl Encoded {
     pub fn token_at(&self, k: usize, at: usize, tokenizer: &Tokenizer) -> usize {
         let Some(r) = self.contents.get(k) else { return 0 };
         let at = at + self.skips.get(k).copied().unwrap_or(0);
-        let mut bytes = 0;
-        for t in r.clone() {
-            bytes += self.ids.get(t).and_then(|&id| tokenizer.token_bytes(id)).map_or(0, |b| b.len());
-            if bytes > at {
-                return t;
-            }
-        }
-        r.end
+        (r.start + self.token_ends(r.clone(), tokenizer).partition_point(|&e| e <= at)).min(r.end)
+    }
+
+    /// Where each token of `r` ends, in bytes from the start of its first.
+    fn token_ends(&self, r: std::ops::Range<usize>, tokenizer: &Tokenizer) -> Vec<usize> {
+        let bytes = |id: u32| tokenizer.token_bytes(id).map_or(0, |b| b.len());
+        self.ids.get(r).unwrap_or(&[]).iter().scan(0, |total, &id| Some(*total + bytes(id)).inspect(|&t| *total = t)).collect()
     }
 }
 
@@ -107,13 +91,7 @@ impl Encoded {
             let r = self.contents.get(k).cloned().unwrap_or(0..0);
             let skip = self.skips.get(k).copied().unwrap_or(0);
             let lead = self.lead_bytes(k, content);
-            // Where each token of the content ends, in bytes from the first one's start.
-            let mut ends = Vec::with_capacity(r.len());
-            let mut total = 0;
-            for &id in self.ids.get(r.clone()).unwrap_or(&[]) {
-                total += tokenizer.token_bytes(id).map_or(0, |b| b.len());
-                ends.push(total);
-            }
+            let ends = self.token_ends(r.clone(), tokenizer);
             // The token that holds byte `b` of those (the content's end past them).
             let token = |b: usize| (r.start + ends.partition_point(|&e| e <= b)).min(r.end);
             for p in parts.iter() {

@@ -245,14 +245,14 @@ impl ChatTemplate {
                     });
                 }
                 if let Some(seps) = kwargs.get::<Option<minijinja::Value>>("separators")?.filter(|s| !s.is_none()) {
+                    let not_a_pair = || bad(format!("tojson: separators must be a pair of strings, not {seps}"));
                     let parts: Vec<String> = seps
                         .try_iter()
-                        .map_err(|_| bad(format!("tojson: separators must be a pair of strings, not {seps}")))?
+                        .map_err(|_| not_a_pair())?
                         .map(|p| p.as_str().map(str::to_string))
                         .collect::<Option<_>>()
-                        .ok_or_else(|| bad(format!("tojson: separators must be a pair of strings, not {seps}")))?;
-                    let [item, key] = <[String; 2]>::try_from(parts)
-                        .map_err(|_| bad(format!("tojson: separators must be a pair of strings, not {seps}")))?;
+                        .ok_or_else(not_a_pair)?;
+                    let [item, key] = <[String; 2]>::try_from(parts).map_err(|_| not_a_pair())?;
                     py.separators = Some((item, key));
                 }
                 py.ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
