@@ -168,10 +168,7 @@ impl Config {
                 return Err(Error::Model(format!("RoPE scaling {other:?} is not supported (none, linear and llama3's rope_freqs are)")))
             }
         };
-        let rope_attn_factor = match g.get(&key("rope.scaling.attn_factor")) {
-            None => 1.0,
-            Some(v) => v.as_f64().ok_or_else(|| Error::Model(format!("{} = {v:?} is not a number", key("rope.scaling.attn_factor"))))?,
-        };
+        let rope_attn_factor = num(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
         if let Some(v) = g.get(&key("final_logit_softcapping")) {
             return Err(Error::Model(format!("final logit soft-capping ({v:?}) is not supported")));
         }
@@ -337,6 +334,7 @@ mod tests {
             ("rope.freq_base", Value::Str("1e6".into())),
             ("rope.freq_base", Value::U32(1_000_000)),
             ("rope.scaling.type", Value::U32(1)),
+            ("rope.scaling.attn_factor", Value::U32(1)),
         ];
         for (k, v) in refused {
             let e = with(&[(k, v.clone())]).unwrap_err();
@@ -344,6 +342,7 @@ mod tests {
         }
         // The same head width for the local layers is what every file has.
         assert!(with(&[("rope.dimension_count_swa", Value::U32(16))]).is_ok());
+        assert_eq!(with(&[("rope.scaling.attn_factor", Value::F32(1.5))]).unwrap().rope_attn_factor, 1.5);
     }
 
     /// Gemma-3-27B (62 layers; `query_pre_attn_scalar` 168 = width / heads, heads of 128) scales
