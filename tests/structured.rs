@@ -442,6 +442,27 @@ fn parallel_tool_results_are_one_turn_for_an_alternating_template() {
     assert_eq!(t.decode(&enc.ids[enc.contents[3].clone()]).unwrap().trim(), "24C and windy");
 }
 
+/// A name the template does not render is refused naming that message: after merged tool
+/// results the prompt's messages are fewer than the request's, so the prompt's index (here 5
+/// for the request's message 6) named another message.
+#[test]
+fn a_refused_name_after_merged_tool_results_names_its_own_message() {
+    let e = load(&alternating(), 1024);
+    let req = request(json!({"messages": [
+        {"role": "system", "content": "You report the weather."},
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": null, "tool_calls": [weather_call("call_1", "Paris"), weather_call("call_2", "Rome")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "24C and windy"},
+        {"role": "assistant", "content": "Paris is sunny, Rome windy."},
+        {"role": "user", "content": "Thanks", "name": "bob"}],
+        "tools": weather_tools(), "max_tokens": 8}));
+    let err = e.encode_request(&req).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::InvalidArgument(_)) && msg.contains(r#""bob" (a user message)"#), "{msg}");
+    assert!(!msg.contains("messages[5]"), "the prompt's index, which is another request message: {msg}");
+}
+
 /// Through the convention, `diverged_at.char` is within what the request sent: a tool's result
 /// counts from its own start (not its `<tool_response>` tag's), the second result of a parallel
 /// call too; a divergence in an assistant message's tool call is in that message, at the end of

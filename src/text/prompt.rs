@@ -362,9 +362,12 @@ impl Prompter<'_> {
         let (marked, fields) = mark(messages, None);
         let rendered = template.render_with(&marked, self.tools, self.vars, add_generation_prompt)?;
         let spliced = splice(template, &rendered, &fields, messages.len())?;
-        if let Some(i) = (0..messages.len()).find(|&i| messages[i].name.is_some() && !spliced.named[i]) {
+        // Named by its value and role, not its index: these messages are the prompt's (tool
+        // results merged into one turn, the oldest turns dropped to fit), not the request's.
+        if let Some(m) = messages.iter().zip(&spliced.named).find_map(|(m, named)| m.name.as_ref().filter(|_| !named).map(|n| (n, m))) {
             return Err(Error::InvalidArgument(format!(
-                "messages[{i}].name: this model's chat template does not use names, so it would be lost"
+                "messages[].name {:?} (a {} message): this model's chat template does not use names, so it would be lost",
+                m.0, m.1.role
             )));
         }
         if let Some(enc) = self.content_dependent(template, messages, add_generation_prompt, &spliced)? {
