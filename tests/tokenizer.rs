@@ -207,8 +207,8 @@ fn unsupported_tokenizers_are_errors() {
     // SentencePiece without scores.
     assert!(matches!(build("llama", "default"), Err(Error::Tokenizer(_))));
     // A pre-tokenizer hotprefix does not have is refused by name.
-    let e = build("gpt2", "gpt-4o").unwrap_err();
-    assert!(matches!(&e, Error::Tokenizer(m) if m.contains("\"gpt-4o\"")), "{e}");
+    let e = build("gpt2", "tekken").unwrap_err();
+    assert!(matches!(&e, Error::Tokenizer(m) if m.contains("\"tekken\"")), "{e}");
     // Nor a misspelt name llama.cpp refuses ("gpt-2" is the name).
     assert!(matches!(build("gpt2", "gpt2"), Err(Error::Tokenizer(_))));
     let tiny = build("gpt2", "gpt-2").unwrap();
@@ -307,6 +307,19 @@ fn llama3_pre_tokenizer_and_template_match_llama_cpp() {
 #[test]
 fn default_pre_tokenizer_matches_llama_cpp() {
     family_matches_llama_cpp("default", "tiny-default-pre.gguf");
+}
+
+/// GPT-4o's o200k vocabulary under `gpt-4o` (Phi-4-mini's pre-tokenizer: case runs, contractions on
+/// the word, digits in threes), with Phi-4-mini's chat markers and template.
+#[test]
+fn gpt4o_pre_tokenizer_and_phi4_mini_template_match_llama_cpp() {
+    family_matches_llama_cpp("gpt4o", "tiny-gpt4o-pre.gguf");
+}
+
+/// `deepseek-r1-qwen` (DeepSeek-R1's Qwen distillations) is Qwen2's pre-tokenizer by another name.
+#[test]
+fn deepseek_r1_qwen_pre_tokenizer_matches_llama_cpp() {
+    family_matches_llama_cpp("r1qwen", "tiny-r1qwen-pre.gguf");
 }
 
 /// SentencePiece with `add_space_prefix = true` (Llama-2, Phi-3, TinyLlama files): the space goes

@@ -117,6 +117,13 @@ const LLAMA3_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|
 /// ... and for Qwen2 and Qwen3 (`qwen2`, `LLAMA_VOCAB_PRE_TYPE_QWEN2`): each digit on its own.
 const QWEN2_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// ... and for GPT-4o's o200k vocabulary (`gpt-4o`, `llama4`, `LLAMA_VOCAB_PRE_TYPE_GPT4O`:
+/// Phi-4-mini, Llama-4): an upper-case run and a lower-case run make one word, contractions stay on
+/// it, digits in runs of up to three. llama.cpp's rewriting of tokenizer.json's regex, which has
+/// no case classes: a letter that is not `a-z` counts as upper case, one that is not `A-Z` as
+/// lower case, and combining marks as neither.
+const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// ... and llama.cpp's `default` (`LLAMA_VOCAB_PRE_TYPE_DEFAULT`), applied one after another:
 /// runs of punctuation and `$+<=>^~|`, then GPT-2's regex (without its final `\s+`), then runs of
 /// digits, then digits in threes from the left.
@@ -139,7 +146,9 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
         // The GPT-2 regex alone. (Only by this name: llama.cpp refuses "gpt2".)
         "gpt-2" => Ok(byte_level.into()),
         "llama-bpe" | "llama3" => split(LLAMA3_REGEX),
-        "qwen2" => split(QWEN2_REGEX),
+        // (DeepSeek-R1's distillations into Qwen2.5 name Qwen2's pre-tokenizer so.)
+        "qwen2" | "deepseek-r1-qwen" => split(QWEN2_REGEX),
+        "gpt-4o" | "llama4" => split(GPT4O_REGEX),
         // llama.cpp's fallback (a file whose converter did not recognise its pre-tokenizer): four
         // regexes, each splitting the pieces of the one before.
         "default" => {
@@ -153,7 +162,7 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
             Ok(Sequence::new(steps).into())
         }
         other => Err(err(format!(
-            "tokenizer.ggml.pre = {other:?} is not supported (supported: \"default\", \"smollm\", \"starcoder\", \"gpt-2\", \"llama-bpe\", \"qwen2\")"
+            "tokenizer.ggml.pre = {other:?} is not supported (supported: \"default\", \"smollm\", \"starcoder\", \"gpt-2\", \"llama-bpe\", \"qwen2\", \"deepseek-r1-qwen\", \"gpt-4o\", \"llama4\")"
         ))),
     }
 }
