@@ -97,11 +97,14 @@ fi
 #                     "gpt-4o", Phi-4-mini's chat markers and template (Phi-4-mini's tokenizer)
 #   tiny-r1qwen-pre   tiny-qwen3's model and vocabulary under "deepseek-r1-qwen" (DeepSeek-R1's
 #                     Qwen distillations: Qwen2's pre-tokenizer by another name)
-for spec in tiny-gpt4o-pre:phi3:gpt4o:gpt-4o:--phi4-mini tiny-r1qwen-pre:qwen3:qwen3:deepseek-r1-qwen:; do
+#   tiny-falcon3-pre  tiny-llama3's model and vocabulary under "falcon3" (Falcon3's llama files:
+#                     Llama-3's pre-tokenizer by another name)
+for spec in tiny-gpt4o-pre:phi3:gpt4o:gpt-4o:--phi4-mini tiny-r1qwen-pre:qwen3:qwen3:deepseek-r1-qwen: \
+            tiny-falcon3-pre:llama3:llama3:falcon3:; do
   IFS=: read -r stem arch vocab pre flag <<<"$spec"
   if present "$stem"; then echo "make-archs: models/archs/$stem.gguf is present and verified"; continue; fi
   "$PY" scripts/make-tiny-archs.py "$arch" "models/vocab/$vocab" "models/archs/$stem.gguf" --pre "$pre" $flag >/dev/null
-  settle "$stem" "$arch" tokenizer_only
+  settle "$stem" "${arch/llama3/llama}" tokenizer_only
   echo "make-archs: models/archs/$stem.gguf written"
 done
 # Gemma-3-270m: fetch-gemma.sh checked its sha256 already; --record writes its entry.

@@ -322,6 +322,13 @@ fn deepseek_r1_qwen_pre_tokenizer_matches_llama_cpp() {
     family_matches_llama_cpp("r1qwen", "tiny-r1qwen-pre.gguf");
 }
 
+/// `falcon3` (Falcon3's llama files) is Llama-3's pre-tokenizer by another name, with its
+/// vocabulary-words-whole rule and BOS by default.
+#[test]
+fn falcon3_pre_tokenizer_matches_llama_cpp() {
+    family_matches_llama_cpp("falcon3", "tiny-falcon3-pre.gguf");
+}
+
 /// SentencePiece with `add_space_prefix = true` (Llama-2, Phi-3, TinyLlama files): the space goes
 /// before each run of text after a special token, not before each message of a chat.
 #[test]

@@ -130,6 +130,12 @@ const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])
 const DEFAULT_REGEXES: [&str; 4] =
     [r"[\p{P}\$\+<=>\^~\|]+", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)", r"\p{N}+", r"[0-9][0-9][0-9]"];
 
+/// The names llama.cpp gives Llama-3's pre-tokenizer (`LLAMA_VOCAB_PRE_TYPE_LLAMA3`), with its
+/// vocabulary-words-whole rule and BOS by default.
+fn is_llama3_pre(name: &str) -> bool {
+    matches!(name, "llama-bpe" | "llama3" | "falcon3")
+}
+
 /// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` name, where hotprefix has it.
 fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
     let byte_level = ByteLevel::new(false, true, true);
@@ -145,7 +151,8 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
         "smollm" | "starcoder" => Ok(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()),
         // The GPT-2 regex alone. (Only by this name: llama.cpp refuses "gpt2".)
         "gpt-2" => Ok(byte_level.into()),
-        "llama-bpe" | "llama3" => split(LLAMA3_REGEX),
+        // (Falcon3's llama-architecture files name Llama-3's pre-tokenizer so.)
+        name if is_llama3_pre(name) => split(LLAMA3_REGEX),
         // (DeepSeek-R1's distillations into Qwen2.5 name Qwen2's pre-tokenizer so.)
         "qwen2" | "deepseek-r1-qwen" => split(QWEN2_REGEX),
         "gpt-4o" | "llama4" => split(GPT4O_REGEX),
@@ -162,7 +169,7 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
             Ok(Sequence::new(steps).into())
         }
         other => Err(err(format!(
-            "tokenizer.ggml.pre = {other:?} is not supported (supported: \"default\", \"smollm\", \"starcoder\", \"gpt-2\", \"llama-bpe\", \"qwen2\", \"deepseek-r1-qwen\", \"gpt-4o\", \"llama4\")"
+            "tokenizer.ggml.pre = {other:?} is not supported (supported: \"default\", \"smollm\", \"starcoder\", \"gpt-2\", \"llama-bpe\", \"llama3\", \"falcon3\", \"qwen2\", \"deepseek-r1-qwen\", \"gpt-4o\", \"llama4\")"
         ))),
     }
 }
@@ -678,7 +685,7 @@ impl Tokenizer {
         // llama.cpp's defaults for Llama-3's pre-tokenizer: a pre-token that is itself in the
         // vocabulary is that token, whatever the merges would make of it (" việc" is one token,
         // not three); and BOS first unless the file says otherwise.
-        let llama3 = matches!(pre_name, "llama-bpe" | "llama3");
+        let llama3 = is_llama3_pre(pre_name);
         let pre = pre_tokenizer(pre_name)?;
         let (tokens, types) = read_vocab(g)?;
         let n = tokens.len();
