@@ -300,10 +300,7 @@ const FIM_TEXTS: &[(&[&str], &[&str])] = &[
 fn llama_cpp_type_fixups(g: &Gguf, id: &dyn Fn(&str) -> Option<usize>, types: &mut [u8]) {
     let n = types.len();
     for (keys, texts) in FIM_TEXTS {
-        if keys.iter().any(|k| g.get(k).and_then(|v| token_index(v, n)).is_some()) {
-            continue;
-        }
-        if let Some(i) = texts.iter().filter_map(|t| id(t)).min() {
+        if let (None, Some(i)) = (fim_by_key(g, keys, n), fim_by_text(texts, id)) {
             types[i] = TYPE_CONTROL;
         }
     }
@@ -325,6 +322,17 @@ fn llama_cpp_type_fixups(g: &Gguf, id: &dyn Fn(&str) -> Option<usize>, types: &m
     if let (Some(s), true) = (id("</s>"), has("<|tool_response>")) {
         types[s] = TYPE_NORMAL;
     }
+}
+
+/// A fill-in-the-middle kind's token as llama.cpp finds it: the id the first of its keys names
+/// (within a vocabulary of `n`), else ([`fim_by_text`]) the lowest id of its texts.
+fn fim_by_key(g: &Gguf, keys: &[&str], n: usize) -> Option<usize> {
+    keys.iter().find_map(|k| g.get(k).and_then(|v| token_index(v, n)))
+}
+
+/// See [`fim_by_key`].
+fn fim_by_text(texts: &[&str], id: &dyn Fn(&str) -> Option<usize>) -> Option<usize> {
+    texts.iter().filter_map(|t| id(t)).min()
 }
 
 /// llama.cpp's `lstrip`/`rstrip` token attributes, which no GGUF key carries: llama.cpp sets them
@@ -1040,9 +1048,9 @@ impl Tokenizer {
     pub fn end_of_generation_ids(&self, g: &Gguf) -> Vec<u32> {
         let n = self.vocab_size();
         let mut ids: Vec<u32> = EOG_TEXTS.iter().filter_map(|t| self.token_id(t)).filter(|&id| self.is_control(id)).collect();
+        let id = |t: &str| self.token_id(t).map(|i| i as usize);
         for (keys, texts) in &FIM_TEXTS[3..] {
-            let by_key = keys.iter().find_map(|k| g.get(k).and_then(|v| token_index(v, n)));
-            ids.extend(by_key.map(|i| i as u32).or_else(|| texts.iter().filter_map(|t| self.token_id(t)).min()));
+            ids.extend(fim_by_key(g, keys, n).or_else(|| fim_by_text(texts, &id)).map(|i| i as u32));
         }
         ids.extend(self.eos);
         for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
