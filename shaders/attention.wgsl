@@ -173,8 +173,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             write_own(base, krow, own, i);
         }
     }
-    for (var j = max(split * per, first_pos(n)); j < end; j++) {
-        let base = kv_base(j, g);
+    // The page table is read once a page: positions of a page are consecutive rows.
+    let start = max(split * per, first_pos(n));
+    var base = kv_base(start, g);
+    for (var j = start; j < end; j++) {
+        if j % p.page == 0u {
+            base = kv_base(j, g);
+        }
         // Zeroed explicitly: Chromium's SwiftShader WebGPU did not re-zero a loop-local array
         // on every iteration (tests/kernels.rs caught it in the browser).
         var s: array<f32, 8>;
@@ -202,6 +207,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 acc[r * hd4 + i] = acc[r * hd4 + i] * corr[r] + e[r] * v;
             }
         }
+        base += p.hd / 2u;
     }
     for (var r = 0u; r < GROUP; r++) {
         for (var i = 0u; i < hd4; i++) {

@@ -199,14 +199,19 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec
             write_own(base, krow, own, lane + k * L);
         }
     }
+    // The page table is read once a page: positions of a page are consecutive rows.
+    var base = kv_base(lo, g);
     for (var j = lo; j < hi; j++) {
-        let base = kv_base(j, g);
+        if j % p.page == 0u {
+            base = kv_base(j, g);
+        }
         let kq = kv_quads(true, base, lane, j, own, krow);
         let vq = kv_quads(false, base, lane, j, own, krow);
         ra = rows_step(ra, kq, vq, j);
         if SETS > 1u {
             rb = rows_step(rb, kq, vq, j);
         }
+        base += p.hd / 2u;
     }
     rows_store(ra, f0, g, lane, split);
     if SETS > 1u {
