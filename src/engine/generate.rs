@@ -233,7 +233,8 @@ impl Engine {
         // another order than prefill's, so a later request reusing them (a chat's follow-up)
         // would not compute what a cold run does. They are computed again by prefill, whose rows
         // are the same whatever chunk they land in, before they are kept; an aborted request
-        // keeps its prompt only.
+        // keeps its prompt only. The request returns once that pass is done: it is this request's
+        // work, and left queued it would be counted in the next request's time to first token.
         let fed = seq.len();
         if fed > prompt.len() {
             seq.truncate(prompt.len())?;
@@ -242,6 +243,7 @@ impl Engine {
                     self.cache.ensure_free(seq.pages_needed(chunk.len()))?;
                     self.model.forward(&self.gpu, &self.cache.kv, &mut seq, chunk, Logits::None).await?;
                 }
+                self.gpu.finish().await?;
             }
         }
         // Keep what this request computed resident: the prompt and the completion tokens fed back.

@@ -314,6 +314,14 @@ impl Gpu {
         }
         self.check_alive()
     }
+
+    /// Whether every pass submitted so far has finished, without waiting (native only: WebGPU
+    /// has no such query).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn idle(&self) -> Result<bool> {
+        let status = self.device.poll(wgpu::PollType::Poll).map_err(|e| Error::Validation(e.to_string()))?;
+        Ok(status.is_queue_empty())
+    }
 }
 
 /// Validation and out-of-memory error scopes around a piece of GPU work.
