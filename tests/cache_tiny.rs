@@ -467,7 +467,7 @@ async fn message_names() {
     let e = tiny(EngineOptions::default()).await;
     let named = vec![Message::new("user", "hi").named("ann")];
     let err = e.encode_chat(&named).unwrap_err();
-    assert!(matches!(&err, Error::InvalidArgument(m) if m.contains(r#"name "ann" (a user message)"#)), "{err}");
+    assert!(matches!(&err, Error::InvalidArgument(m) if m.contains(r#"name "ann" (role user)"#)), "{err}");
     let template = "{% for m in messages %}<|im_start|>{{ m.role }}{% if m.name is defined %} [{{ m.name }}]{% endif %}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
     let file = hotprefix::testmodel::tiny_gguf_with(1, |md, _| {
         md.insert("tokenizer.chat_template".into(), hotprefix::gguf::Value::Str(template.into()));

@@ -459,7 +459,7 @@ fn a_refused_name_after_merged_tool_results_names_its_own_message() {
         "tools": weather_tools(), "max_tokens": 8}));
     let err = e.encode_request(&req).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, Error::InvalidArgument(_)) && msg.contains(r#""bob" (a user message)"#), "{msg}");
+    assert!(matches!(err, Error::InvalidArgument(_)) && msg.contains(r#""bob" (role user)"#), "{msg}");
     assert!(!msg.contains("messages[5]"), "the prompt's index, which is another request message: {msg}");
 }
 

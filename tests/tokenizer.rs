@@ -470,9 +470,12 @@ fn llama3_bpe_takes_vocabulary_words_whole_and_adds_bos() {
         }
         Tokenizer::from_gguf(&Gguf::parse(&gguf::write(&meta, &[])).unwrap()).unwrap()
     };
-    let llama3 = build("llama-bpe", None);
-    assert_eq!(llama3.encode_text("abc").unwrap(), vec![4]);
-    assert!(llama3.add_bos());
+    // Llama-3's pre-tokenizer by each name llama.cpp gives it (falcon3: Falcon3's llama files).
+    for name in ["llama-bpe", "llama3", "falcon3"] {
+        let llama3 = build(name, None);
+        assert_eq!(llama3.encode_text("abc").unwrap(), vec![4], "{name}");
+        assert!(llama3.add_bos(), "{name}");
+    }
     assert!(!build("llama-bpe", Some(false)).add_bos());
     let gpt2 = build("gpt-2", None);
     assert_eq!(gpt2.encode_text("abc").unwrap(), vec![2, 3]);

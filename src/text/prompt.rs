@@ -366,7 +366,7 @@ impl Prompter<'_> {
         // results merged into one turn, the oldest turns dropped to fit), not the request's.
         if let Some(m) = messages.iter().zip(&spliced.named).find_map(|(m, named)| m.name.as_ref().filter(|_| !named).map(|n| (n, m))) {
             return Err(Error::InvalidArgument(format!(
-                "messages[].name {:?} (a {} message): this model's chat template does not use names, so it would be lost",
+                "messages[].name {:?} (role {}): this model's chat template does not use names, so it would be lost",
                 m.0, m.1.role
             )));
         }
