@@ -209,6 +209,14 @@ fn unsupported_tokenizers_are_errors() {
     // A pre-tokenizer hotprefix does not have is refused by name.
     let e = build("gpt2", "tekken").unwrap_err();
     assert!(matches!(&e, Error::Tokenizer(m) if m.contains("\"tekken\"")), "{e}");
+    // The refusal's list of supported names is the set that builds: every name in it does.
+    let listed = e.to_string();
+    let listed = listed.split("(supported: ").nth(1).and_then(|s| s.strip_suffix(')')).unwrap_or_default();
+    let names: Vec<&str> = listed.split(", ").map(|n| n.trim_matches('"')).collect();
+    assert!(names.len() >= 11 && names.contains(&"llama-bpe") && names.contains(&"gpt-4o"), "{e}");
+    for name in names {
+        assert!(build("gpt2", name).is_ok(), "{name:?} is listed as supported but does not build");
+    }
     // Nor a misspelt name llama.cpp refuses ("gpt-2" is the name).
     assert!(matches!(build("gpt2", "gpt2"), Err(Error::Tokenizer(_))));
     let tiny = build("gpt2", "gpt-2").unwrap();

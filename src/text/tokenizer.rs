@@ -130,35 +130,74 @@ const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])
 const DEFAULT_REGEXES: [&str; 4] =
     [r"[\p{P}\$\+<=>\^~\|]+", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)", r"\p{N}+", r"[0-9][0-9][0-9]"];
 
-/// The names llama.cpp gives Llama-3's pre-tokenizer (`LLAMA_VOCAB_PRE_TYPE_LLAMA3`), with its
-/// vocabulary-words-whole rule and BOS by default.
-fn is_llama3_pre(name: &str) -> bool {
-    matches!(name, "llama-bpe" | "llama3" | "falcon3")
+/// How a `tokenizer.ggml.pre` name splits text before BPE: llama.cpp's pre-tokenizer types that
+/// hotprefix has.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pre {
+    /// Each digit on its own, then the GPT-2 regex (llama.cpp: "\p{N}" then the GPT-2 regex).
+    Digits,
+    /// The GPT-2 regex alone.
+    Gpt2,
+    /// Llama-3's regex (`LLAMA_VOCAB_PRE_TYPE_LLAMA3`), with its vocabulary-words-whole rule and
+    /// BOS by default.
+    Llama3,
+    /// Qwen2's (`LLAMA_VOCAB_PRE_TYPE_QWEN2`).
+    Qwen2,
+    /// GPT-4o's (`LLAMA_VOCAB_PRE_TYPE_GPT4O`).
+    Gpt4o,
+    /// llama.cpp's fallback (a file whose converter did not recognise its pre-tokenizer): four
+    /// regexes, each splitting the pieces of the one before.
+    Default,
+}
+
+/// Every `tokenizer.ggml.pre` name hotprefix runs, in the order the refusal lists them. Names
+/// not here are refused by name, never approximated.
+const PRE_TOKENIZERS: [(&str, Pre); 11] = [
+    ("default", Pre::Default),
+    ("smollm", Pre::Digits),
+    ("starcoder", Pre::Digits),
+    // Only by this name: llama.cpp refuses "gpt2".
+    ("gpt-2", Pre::Gpt2),
+    ("llama-bpe", Pre::Llama3),
+    ("llama3", Pre::Llama3),
+    // Falcon3's llama-architecture files name Llama-3's pre-tokenizer so.
+    ("falcon3", Pre::Llama3),
+    ("qwen2", Pre::Qwen2),
+    // DeepSeek-R1's distillations into Qwen2.5 name Qwen2's pre-tokenizer so.
+    ("deepseek-r1-qwen", Pre::Qwen2),
+    // Phi-4-mini and Llama-4.
+    ("gpt-4o", Pre::Gpt4o),
+    ("llama4", Pre::Gpt4o),
+];
+
+/// The pre-tokenizer type of a `tokenizer.ggml.pre` name, or the refusal naming what is supported.
+fn pre_type(name: &str) -> Result<Pre> {
+    match PRE_TOKENIZERS.iter().find(|(n, _)| *n == name) {
+        Some((_, pre)) => Ok(*pre),
+        None => {
+            let names: Vec<String> = PRE_TOKENIZERS.iter().map(|(n, _)| format!("{n:?}")).collect();
+            Err(err(format!("tokenizer.ggml.pre = {name:?} is not supported (supported: {})", names.join(", "))))
+        }
+    }
 }
 
 /// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` name, where hotprefix has it.
-fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
+fn pre_tokenizer(name: &str) -> Result<PreTokenizerWrapper> {
     let byte_level = ByteLevel::new(false, true, true);
     // A regex split (each match and each gap between matches a piece, llama.cpp's
     // `unicode_regex_split`), then the byte-level alphabet without GPT-2's own regex.
     let split = |regex: &str| -> Result<PreTokenizerWrapper> {
         let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
-            .map_err(|e| err(format!("the {pre:?} pre-tokenizer regex: {e}")))?;
+            .map_err(|e| err(format!("the {name:?} pre-tokenizer regex: {e}")))?;
         Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()]).into())
     };
-    match pre {
-        // Each digit on its own, then the GPT-2 regex (llama.cpp: "\p{N}" then the GPT-2 regex).
-        "smollm" | "starcoder" => Ok(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()),
-        // The GPT-2 regex alone. (Only by this name: llama.cpp refuses "gpt2".)
-        "gpt-2" => Ok(byte_level.into()),
-        // (Falcon3's llama-architecture files name Llama-3's pre-tokenizer so.)
-        name if is_llama3_pre(name) => split(LLAMA3_REGEX),
-        // (DeepSeek-R1's distillations into Qwen2.5 name Qwen2's pre-tokenizer so.)
-        "qwen2" | "deepseek-r1-qwen" => split(QWEN2_REGEX),
-        "gpt-4o" | "llama4" => split(GPT4O_REGEX),
-        // llama.cpp's fallback (a file whose converter did not recognise its pre-tokenizer): four
-        // regexes, each splitting the pieces of the one before.
-        "default" => {
+    match pre_type(name)? {
+        Pre::Digits => Ok(Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()),
+        Pre::Gpt2 => Ok(byte_level.into()),
+        Pre::Llama3 => split(LLAMA3_REGEX),
+        Pre::Qwen2 => split(QWEN2_REGEX),
+        Pre::Gpt4o => split(GPT4O_REGEX),
+        Pre::Default => {
             let mut steps = Vec::with_capacity(DEFAULT_REGEXES.len() + 1);
             for regex in DEFAULT_REGEXES {
                 let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
@@ -168,9 +207,6 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
             steps.push(ByteLevel::new(false, true, false).into());
             Ok(Sequence::new(steps).into())
         }
-        other => Err(err(format!(
-            "tokenizer.ggml.pre = {other:?} is not supported (supported: \"default\", \"smollm\", \"starcoder\", \"gpt-2\", \"llama-bpe\", \"llama3\", \"falcon3\", \"qwen2\", \"deepseek-r1-qwen\", \"gpt-4o\", \"llama4\")"
-        ))),
     }
 }
 
@@ -693,7 +729,7 @@ impl Tokenizer {
         // llama.cpp's defaults for Llama-3's pre-tokenizer: a pre-token that is itself in the
         // vocabulary is that token, whatever the merges would make of it (" việc" is one token,
         // not three); and BOS first unless the file says otherwise.
-        let llama3 = is_llama3_pre(pre_name);
+        let llama3 = pre_type(pre_name)? == Pre::Llama3;
         let pre = pre_tokenizer(pre_name)?;
         let (tokens, types) = read_vocab(g)?;
         let n = tokens.len();
