@@ -578,6 +578,48 @@ fn a_divergence_char_does_not_count_the_templates_text_in_the_first_token() {
     }
 }
 
+/// `diverged_at.char` places each token where its text is in the content, not where the sum of
+/// the tokens' bytes before it ends: with a space prefix, llama.cpp's pieces for "\n\n Alice" are
+/// "\n\n", " ", " Alice", one space more than the text has, and counting it put every later
+/// divergence one character late (and one in "x  y   z"'s last word past the content's end).
+#[test]
+fn a_divergence_char_is_where_the_token_is_in_the_content() {
+    let (spm, llama2) = arch("tiny-spm-prefix.gguf");
+    let template = llama2.as_ref().unwrap();
+    let p = Prompter { template: Some(template), tokenizer: &spm, tools: None, vars: None };
+    for content in [" Alice went home early", "  Alice went home early", "x  y   z", "Alice\n\n Bob  went"] {
+        let messages = [Message::new("system", "Be brief."), Message::new("user", content)];
+        let enc = p.encode(&messages).unwrap();
+        let r = enc.contents[1].clone();
+        let mut words = 0;
+        for k in r.clone() {
+            let piece = String::from_utf8(spm.token_bytes(enc.ids[k]).unwrap()).unwrap();
+            let word = piece.trim();
+            if word.is_empty() {
+                continue;
+            }
+            words += 1;
+            let at = p.locate(&Divergence { token: k, resident: Vec::new() }, &enc, &[0, 1], &messages);
+            let rest: String = content.chars().skip(at.char).collect();
+            assert_eq!(at.message, Some(1), "{content:?}: {piece:?}");
+            // The word's own character, or the space before it that its token spells.
+            assert!(rest.starts_with(word) || rest.starts_with(&format!(" {word}")), "{content:?}: {piece:?} at {} ({rest:?})", at.char);
+        }
+        assert!(words >= 3, "{content:?}: {words} word tokens");
+    }
+    // Where the token spells the space before its word, the divergence is that space (as the
+    // template-space test above has it).
+    let content = " Alice went home early";
+    let messages = [Message::new("system", "Be brief."), Message::new("user", content)];
+    let enc = p.encode(&messages).unwrap();
+    let r = enc.contents[1].clone();
+    for word in ["went", "home", "early"] {
+        let k = r.clone().find(|&i| spm.decode(&enc.ids[i..i + 1]).unwrap().trim() == word).unwrap();
+        let at = p.locate(&Divergence { token: k, resident: Vec::new() }, &enc, &[0, 1], &messages);
+        assert_eq!(at.char, content.find(&format!(" {word}")).unwrap(), "{word}");
+    }
+}
+
 /// A divergence inside a character spelled by several tokens (byte-level BPE, SentencePiece's
 /// byte fallback) falls in that character: its `char` is the character's, not one past it (the
 /// partial character is no character).

@@ -196,7 +196,7 @@ fn dynamic_before_static(
         let Some(span) = lint::dynamic_spans(&content[lead..]).into_iter().find(|s| looks_current(s, year)) else { continue };
         // The span's token: the one that holds its first byte (not counting the template's text
         // the content's first token may hold).
-        let at = enc.token_at(k, span.start, tok);
+        let at = enc.token_at(k, span.start, tok, content);
         let after = last.start.saturating_sub(at);
         if after < STATIC_AFTER_DYNAMIC {
             continue;

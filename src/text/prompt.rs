@@ -40,25 +40,52 @@ impl Encoded {
     /// The bytes of message `k`'s kept text before token `t`: the bytes of its content's tokens
     /// before `t`, less the template's bytes its first token holds. A token past the content
     /// counts all of it.
-    pub fn bytes_before(&self, k: usize, t: usize, tokenizer: &Tokenizer) -> usize {
+    pub fn bytes_before(&self, k: usize, t: usize, tokenizer: &Tokenizer, content: &str) -> usize {
         let Some(r) = self.contents.get(k) else { return 0 };
         let n = t.clamp(r.start, r.end) - r.start;
-        let bytes = n.checked_sub(1).and_then(|i| self.token_ends(r.clone(), tokenizer).get(i).copied()).unwrap_or(0);
-        bytes.saturating_sub(self.skips.get(k).copied().unwrap_or(0))
+        let skip = self.skips.get(k).copied().unwrap_or(0);
+        let kept = &content[self.lead_bytes(k, content)..];
+        let bytes = n.checked_sub(1).and_then(|i| self.token_ends(r.clone(), tokenizer, kept, skip).get(i).copied()).unwrap_or(0);
+        bytes.saturating_sub(skip)
     }
 
     /// The token of message `k`'s content that holds byte `at` of its kept text; the end of its
     /// content's tokens when none does.
-    pub fn token_at(&self, k: usize, at: usize, tokenizer: &Tokenizer) -> usize {
+    pub fn token_at(&self, k: usize, at: usize, tokenizer: &Tokenizer, content: &str) -> usize {
         let Some(r) = self.contents.get(k) else { return 0 };
-        let at = at + self.skips.get(k).copied().unwrap_or(0);
-        (r.start + self.token_ends(r.clone(), tokenizer).partition_point(|&e| e <= at)).min(r.end)
+        let skip = self.skips.get(k).copied().unwrap_or(0);
+        let kept = &content[self.lead_bytes(k, content)..];
+        (r.start + self.token_ends(r.clone(), tokenizer, kept, skip).partition_point(|&e| e <= at + skip)).min(r.end)
     }
 
-    /// Where each token of `r` ends, in bytes from the start of its first.
-    fn token_ends(&self, r: std::ops::Range<usize>, tokenizer: &Tokenizer) -> Vec<usize> {
-        let bytes = |id: u32| tokenizer.token_bytes(id).map_or(0, |b| b.len());
-        self.ids.get(r).unwrap_or(&[]).iter().scan(0, |total, &id| Some(*total + bytes(id)).inspect(|&t| *total = t)).collect()
+    /// Where each token of `r` ends, in bytes from the start of its first, whose first `skip`
+    /// bytes are the template's and the rest spell `kept` (a content's kept text). Each token is
+    /// placed where its bytes are in `kept`, not only counted: a SentencePiece vocabulary can
+    /// spell a space the text does not have (llama.cpp's own pieces for "\n\n Alice" with a
+    /// space prefix are "\n\n", " ", " Alice"), and each such space would shift every offset after
+    /// it. A token of spaces takes the spaces `kept` has there; a token whose leading space
+    /// `kept` lacks takes the rest. Tokens that spell something else (past the content's end)
+    /// count all their bytes.
+    fn token_ends(&self, r: std::ops::Range<usize>, tokenizer: &Tokenizer, kept: &str, skip: usize) -> Vec<usize> {
+        let kept = kept.as_bytes();
+        let mut at = 0;
+        let mut ends = Vec::with_capacity(r.len());
+        for (i, &id) in self.ids.get(r).unwrap_or(&[]).iter().enumerate() {
+            let bytes = tokenizer.token_bytes(id).unwrap_or_default();
+            let b = if i == 0 { &bytes[skip.min(bytes.len())..] } else { &bytes[..] };
+            let rest = kept.get(at..).unwrap_or(&[]);
+            at += if rest.starts_with(b) {
+                b.len()
+            } else if !b.is_empty() && b.iter().all(|&c| c == b' ') {
+                rest.iter().take(b.len()).take_while(|&&c| c == b' ').count()
+            } else if b.first() == Some(&b' ') && rest.starts_with(&b[1..]) {
+                b.len() - 1
+            } else {
+                b.len()
+            };
+            ends.push(skip + at);
+        }
+        ends
     }
 }
 
@@ -91,7 +118,7 @@ impl Encoded {
             let r = self.contents.get(k).cloned().unwrap_or(0..0);
             let skip = self.skips.get(k).copied().unwrap_or(0);
             let lead = self.lead_bytes(k, content);
-            let ends = self.token_ends(r.clone(), tokenizer);
+            let ends = self.token_ends(r.clone(), tokenizer, &content[lead..], skip);
             // The token that holds byte `b` of those (the content's end past them).
             let token = |b: usize| (r.start + ends.partition_point(|&e| e <= b)).min(r.end);
             for p in parts.iter() {
@@ -610,7 +637,7 @@ impl Prompter<'_> {
                 // The divergence's byte in the content: what the template dropped first, then the
                 // content's bytes before its token (not the template's its first token holds),
                 // back to the start of a character a byte token splits.
-                let mut at = (enc.lead_bytes(k, content) + enc.bytes_before(k, d.token, self.tokenizer)).min(content.len());
+                let mut at = (enc.lead_bytes(k, content) + enc.bytes_before(k, d.token, self.tokenizer, content)).min(content.len());
                 while !content.is_char_boundary(at) {
                     at -= 1;
                 }
