@@ -382,6 +382,11 @@ impl Prompter<'_> {
     /// [`Self::encode`], with the assistant's turn opened at the end (`add_generation_prompt`) or
     /// not: the conversation as the next request will hold it, after an answer.
     pub fn encode_turns(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Encoded> {
+        // Its renders all see one time (a date the template writes cannot change between them).
+        super::template::with_one_clock_reading(|| self.encode_turns_now(messages, add_generation_prompt))
+    }
+
+    fn encode_turns_now(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Encoded> {
         let template = self.template.ok_or_else(|| Error::Template("the model has no chat template".into()))?;
         // Render with a unique marker in place of each field (content, name, tool call name and
         // arguments), then encode the template's text with control tokens recognised and each
@@ -668,6 +673,39 @@ mod tests {
             function: FunctionCall { name: "f".into(), arguments: args.into() },
         }];
         m
+    }
+
+    /// A clock a day later at each reading: what a prompt rendered at midnight sees.
+    fn a_day_a_reading() -> chrono::DateTime<chrono::Local> {
+        use std::sync::atomic::{AtomicI64, Ordering};
+        static DAYS: AtomicI64 = AtomicI64::new(0);
+        chrono::Local::now() + chrono::Duration::days(DAYS.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// A template that writes today's date renders the prompt more than once in an encoding (with
+    /// markers, and as it is); all of those renders see one reading of the clock, so a date that
+    /// changes between them (midnight) neither fails the request nor misplaces its contents.
+    #[test]
+    fn a_date_in_the_template_is_read_once_an_encoding() {
+        crate::text::template::TEST_CLOCK.set(Some(a_day_a_reading));
+        let t = tokenizer();
+        let template = ChatTemplate::new(
+            "Today: {{ strftime_now('%d %b %Y') }}\n{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let p = Prompter { template: Some(&template), tokenizer: &t, tools: None, vars: None };
+        let messages = [Message::new("system", "Be brief."), Message::new("user", "  How long is the canal? ")];
+        let enc = p.encode(&messages);
+        crate::text::template::TEST_CLOCK.set(None);
+        let enc = enc.unwrap();
+        for (i, m) in messages.iter().enumerate() {
+            let text = t.decode(&enc.ids[enc.contents[i].clone()]).unwrap();
+            assert!(text.contains(m.content.trim()), "message {i}: {text:?}");
+        }
+        let all = t.decode(&enc.ids).unwrap();
+        assert_eq!(all.matches("Today:").count(), 1, "{all}");
     }
 
     /// Mistral-7B-Instruct-v0.3's template: the system message goes into the last user turn.

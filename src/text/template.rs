@@ -344,6 +344,44 @@ impl ChatTemplate {
     }
 }
 
+/// A time as `strftime_now` renders it.
+type Now = chrono::DateTime<chrono::Local>;
+
+thread_local! {
+    /// Whether renders are inside [`with_one_clock_reading`], and the time read there first.
+    static ONE_READING: std::cell::Cell<(bool, Option<Now>)> = const { std::cell::Cell::new((false, None)) };
+    /// Tests: the clock `strftime_now` reads instead of the system's.
+    #[cfg(test)]
+    pub(crate) static TEST_CLOCK: std::cell::Cell<Option<fn() -> Now>> = const { std::cell::Cell::new(None) };
+}
+
+fn clock() -> Now {
+    #[cfg(test)]
+    if let Some(f) = TEST_CLOCK.get() {
+        return f();
+    }
+    chrono::Local::now()
+}
+
+/// Runs `f` with one reading of the clock: every `strftime_now` the templates call inside renders
+/// the time read first. A prompt is rendered more than once (with markers in place of the fields,
+/// and as it is): read afresh, a date could change between the two (a request at midnight), and
+/// the renders would not agree.
+pub(crate) fn with_one_clock_reading<T>(f: impl FnOnce() -> T) -> T {
+    if ONE_READING.get().0 {
+        return f();
+    }
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            ONE_READING.set((false, None));
+        }
+    }
+    ONE_READING.set((true, None));
+    let _done = Done;
+    f()
+}
+
 /// The local time in a `strftime` format (Python's, as chrono reads it); a format chrono does not
 /// read is a template error.
 fn strftime_now(fmt: &str) -> std::result::Result<String, minijinja::Error> {
@@ -355,7 +393,16 @@ fn strftime_now(fmt: &str) -> std::result::Result<String, minijinja::Error> {
         return Err(bad());
     }
     let mut out = String::new();
-    write!(out, "{}", chrono::Local::now().format_with_items(items.iter())).map_err(|_| bad())?;
+    let now = match ONE_READING.get() {
+        (true, Some(t)) => t,
+        (true, None) => {
+            let t = clock();
+            ONE_READING.set((true, Some(t)));
+            t
+        }
+        (false, _) => clock(),
+    };
+    write!(out, "{}", now.format_with_items(items.iter())).map_err(|_| bad())?;
     Ok(out)
 }
 
