@@ -37,9 +37,9 @@ impl Encoded {
         content.char_indices().nth(lead).map_or(content.len(), |(b, _)| b)
     }
 
-    /// The bytes of message `k`'s kept text before token `t`: the bytes of its content's tokens
-    /// before `t`, less the template's bytes its first token holds. A token past the content
-    /// counts all of it.
+    /// The bytes of message `k`'s kept text before token `t`: where the content's tokens before
+    /// `t` end, placed in its kept text ([`Self::token_ends`]). A token past the content counts
+    /// its bytes, but for a token of spaces the text does not have.
     pub fn bytes_before(&self, k: usize, t: usize, tokenizer: &Tokenizer, content: &str) -> usize {
         let Some(r) = self.contents.get(k) else { return 0 };
         let n = t.clamp(r.start, r.end) - r.start;
@@ -58,8 +58,8 @@ impl Encoded {
         (r.start + self.token_ends(r.clone(), tokenizer, kept, skip).partition_point(|&e| e <= at + skip)).min(r.end)
     }
 
-    /// Where each token of `r` ends, in bytes from the start of its first, whose first `skip`
-    /// bytes are the template's and the rest spell `kept` (a content's kept text). Each token is
+    /// Where each token of `r` ends: `skip` (the template's bytes its first token holds) plus its
+    /// end in `kept` (a content's kept text), the tokens placed in that text. Each token is
     /// placed where its bytes are in `kept`, not only counted: a SentencePiece vocabulary can
     /// spell a space the text does not have (llama.cpp's own pieces for "\n\n Alice" with a
     /// space prefix are "\n\n", " ", " Alice"), and each such space would shift every offset after
@@ -130,7 +130,15 @@ impl Encoded {
                 let t1 = if to > from { token(skip + (to - lead) - 1) + 1 } else { t0 }.clamp(t0, r.end);
                 let first = if t0 > r.start { ends.get(t0 - r.start - 1).copied().unwrap_or(0) } else { 0 };
                 out.contents.push(t0..t1);
-                out.skips.push(if t1 > t0 { b0.saturating_sub(first) } else { 0 });
+                // A skip counts the token's own bytes: where the token was placed narrower than
+                // it spells (a space the text lacks, at its start), the part's bytes come after
+                // that difference.
+                let skip_in = |t: usize| {
+                    let raw = self.ids.get(t).and_then(|&id| tokenizer.token_bytes(id)).map_or(0, |b| b.len());
+                    let placed = ends.get(t - r.start).copied().unwrap_or(first).saturating_sub(first);
+                    (b0.saturating_sub(first) + raw.saturating_sub(placed)).min(raw)
+                };
+                out.skips.push(if t1 > t0 { skip_in(t0) } else { 0 });
                 let dropped = (from - p.at).min(p.len);
                 out.leads.push(content.get(p.at..p.at + dropped).map_or(0, |t| t.chars().count()));
                 kept.push(p.message);
@@ -687,7 +695,6 @@ mod tests {
     /// changes between them (midnight) neither fails the request nor misplaces its contents.
     #[test]
     fn a_date_in_the_template_is_read_once_an_encoding() {
-        crate::text::template::TEST_CLOCK.set(Some(a_day_a_reading));
         let t = tokenizer();
         let template = ChatTemplate::new(
             "Today: {{ strftime_now('%d %b %Y') }}\n{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | trim }}<|im_end|>\n{% endfor %}",
@@ -697,6 +704,7 @@ mod tests {
         .unwrap();
         let p = Prompter { template: Some(&template), tokenizer: &t, tools: None, vars: None };
         let messages = [Message::new("system", "Be brief."), Message::new("user", "  How long is the canal? ")];
+        crate::text::template::TEST_CLOCK.set(Some(a_day_a_reading));
         let enc = p.encode(&messages);
         crate::text::template::TEST_CLOCK.set(None);
         let enc = enc.unwrap();
@@ -704,8 +712,6 @@ mod tests {
             let text = t.decode(&enc.ids[enc.contents[i].clone()]).unwrap();
             assert!(text.contains(m.content.trim()), "message {i}: {text:?}");
         }
-        let all = t.decode(&enc.ids).unwrap();
-        assert_eq!(all.matches("Today:").count(), 1, "{all}");
     }
 
     /// Mistral-7B-Instruct-v0.3's template: the system message goes into the last user turn.

@@ -1179,6 +1179,32 @@ impl StreamDecoder {
 mod tests {
     use super::*;
 
+    /// Each name splits as llama.cpp's pre-tokenizer type of that name does (llama-vocab.cpp's
+    /// `tokenizer_pre` names), and only those names run.
+    #[test]
+    fn each_pre_tokenizer_name_has_its_llama_cpp_type() {
+        let want = [
+            ("default", Pre::Default),
+            ("smollm", Pre::Digits),
+            ("starcoder", Pre::Digits),
+            ("gpt-2", Pre::Gpt2),
+            ("llama-bpe", Pre::Llama3),
+            ("llama3", Pre::Llama3),
+            ("falcon3", Pre::Llama3),
+            ("qwen2", Pre::Qwen2),
+            ("deepseek-r1-qwen", Pre::Qwen2),
+            ("gpt-4o", Pre::Gpt4o),
+            ("llama4", Pre::Gpt4o),
+        ];
+        for (name, pre) in want {
+            assert!(pre_type(name).ok() == Some(pre), "{name}");
+        }
+        assert_eq!(PRE_TOKENIZERS.len(), want.len());
+        for name in ["gpt2", "tekken", "Qwen2", ""] {
+            assert!(pre_type(name).is_err(), "{name:?}");
+        }
+    }
+
     #[test]
     fn token_ids_above_32_bits_are_refused_as_on_wasm32() {
         let big = Value::U64((1 << 32) | 1);
