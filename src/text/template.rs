@@ -366,19 +366,19 @@ fn clock() -> Now {
 /// Runs `f` with one reading of the clock: every `strftime_now` the templates call inside renders
 /// the time read first. A prompt is rendered more than once (with markers in place of the fields,
 /// and as it is): read afresh, a date could change between the two (a request at midnight), and
-/// the renders would not agree.
+/// the renders would not agree. Each call starts from a fresh reading (and puts back what was
+/// there on the way out), so a reading left behind by a call that never returned (a panic on
+/// wasm32 aborts, and no guard runs) is not used by the next encoding.
 pub(crate) fn with_one_clock_reading<T>(f: impl FnOnce() -> T) -> T {
-    if ONE_READING.get().0 {
-        return f();
-    }
-    struct Done;
+    struct Done(Option<Now>, bool);
     impl Drop for Done {
         fn drop(&mut self) {
-            ONE_READING.set((false, None));
+            ONE_READING.set((self.1, self.0));
         }
     }
+    let (inside, reading) = ONE_READING.get();
+    let _done = Done(reading, inside);
     ONE_READING.set((true, None));
-    let _done = Done;
     f()
 }
 
@@ -543,6 +543,19 @@ mod tests {
         // An option json.dumps has that the filter does not take is refused, not ignored.
         let t = ChatTemplate::new("{{ 1 | tojson(default=none) }}", "", "").unwrap();
         assert!(t.render(&[], false).is_err());
+    }
+
+    /// A reading left behind by an encoding that never returned (a panic aborts on wasm32, and
+    /// no guard runs) is not used by the next one.
+    #[test]
+    fn a_clock_reading_left_behind_is_not_the_next_encodings() {
+        let t = ChatTemplate::new("{{ strftime_now('%Y-%m-%d') }}", "", "").unwrap();
+        let stale = chrono::Local::now() - chrono::Duration::days(40);
+        ONE_READING.set((true, Some(stale)));
+        let out = with_one_clock_reading(|| t.render(&[], false)).unwrap();
+        assert_ne!(out, stale.format("%Y-%m-%d").to_string());
+        assert_eq!(ONE_READING.get(), (true, Some(stale)), "put back on the way out");
+        ONE_READING.set((false, None));
     }
 
     #[test]
