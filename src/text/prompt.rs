@@ -41,21 +41,25 @@ impl Encoded {
     /// `t` end, placed in its kept text ([`Self::token_ends`]). A token past the content counts
     /// its bytes, but for a token of spaces the text does not have.
     pub fn bytes_before(&self, k: usize, t: usize, tokenizer: &Tokenizer, content: &str) -> usize {
-        let Some(r) = self.contents.get(k) else { return 0 };
+        let Some((r, skip, ends)) = self.placed(k, tokenizer, content) else { return 0 };
         let n = t.clamp(r.start, r.end) - r.start;
-        let skip = self.skips.get(k).copied().unwrap_or(0);
-        let kept = &content[self.lead_bytes(k, content)..];
-        let bytes = n.checked_sub(1).and_then(|i| self.token_ends(r.clone(), tokenizer, kept, skip).get(i).copied()).unwrap_or(0);
-        bytes.saturating_sub(skip)
+        n.checked_sub(1).and_then(|i| ends.get(i).copied()).unwrap_or(0).saturating_sub(skip)
     }
 
     /// The token of message `k`'s content that holds byte `at` of its kept text; the end of its
     /// content's tokens when none does.
     pub fn token_at(&self, k: usize, at: usize, tokenizer: &Tokenizer, content: &str) -> usize {
-        let Some(r) = self.contents.get(k) else { return 0 };
+        let Some((r, skip, ends)) = self.placed(k, tokenizer, content) else { return 0 };
+        (r.start + ends.partition_point(|&e| e <= at + skip)).min(r.end)
+    }
+
+    /// Message `k`'s content tokens, its skip, and where each of those tokens ends
+    /// ([`Self::token_ends`] in the content's kept text).
+    fn placed(&self, k: usize, tokenizer: &Tokenizer, content: &str) -> Option<(std::ops::Range<usize>, usize, Vec<usize>)> {
+        let r = self.contents.get(k)?.clone();
         let skip = self.skips.get(k).copied().unwrap_or(0);
-        let kept = &content[self.lead_bytes(k, content)..];
-        (r.start + self.token_ends(r.clone(), tokenizer, kept, skip).partition_point(|&e| e <= at + skip)).min(r.end)
+        let ends = self.token_ends(r.clone(), tokenizer, &content[self.lead_bytes(k, content)..], skip);
+        Some((r, skip, ends))
     }
 
     /// Where each token of `r` ends: `skip` (the template's bytes its first token holds) plus its
@@ -74,15 +78,13 @@ impl Encoded {
             let bytes = tokenizer.token_bytes(id).unwrap_or_default();
             let b = if i == 0 { &bytes[skip.min(bytes.len())..] } else { &bytes[..] };
             let rest = kept.get(at..).unwrap_or(&[]);
-            at += if rest.starts_with(b) {
-                b.len()
-            } else if !b.is_empty() && b.iter().all(|&c| c == b' ') {
-                rest.iter().take(b.len()).take_while(|&&c| c == b' ').count()
-            } else if b.first() == Some(&b' ') && rest.starts_with(&b[1..]) {
-                b.len() - 1
-            } else {
-                b.len()
-            };
+            at += spelled(b, rest).unwrap_or_else(|| {
+                if b.iter().all(|&c| c == b' ') {
+                    rest.iter().take(b.len()).take_while(|&&c| c == b' ').count()
+                } else {
+                    b.len()
+                }
+            });
             ends.push(skip + at);
         }
         ends
@@ -115,10 +117,8 @@ impl Encoded {
         let mut out = Encoded { ids: self.ids.clone(), contents: Vec::new(), leads: Vec::new(), skips: Vec::new() };
         let mut kept = Vec::new();
         for (k, (content, parts)) in contents.iter().zip(parts).enumerate() {
-            let r = self.contents.get(k).cloned().unwrap_or(0..0);
-            let skip = self.skips.get(k).copied().unwrap_or(0);
+            let (r, skip, ends) = self.placed(k, tokenizer, content).unwrap_or((0..0, 0, Vec::new()));
             let lead = self.lead_bytes(k, content);
-            let ends = self.token_ends(r.clone(), tokenizer, &content[lead..], skip);
             // The token that holds byte `b` of those (the content's end past them).
             let token = |b: usize| (r.start + ends.partition_point(|&e| e <= b)).min(r.end);
             for p in parts.iter() {
@@ -148,6 +148,19 @@ impl Encoded {
     }
 }
 
+/// The bytes at the start of `text` that a token's bytes `b` spell: all of them, or all but a
+/// leading space the text does not have (SentencePiece's space prefix); `None` where they spell
+/// something else.
+fn spelled(b: &[u8], text: &[u8]) -> Option<usize> {
+    if text.starts_with(b) {
+        Some(b.len())
+    } else if b.first() == Some(&b' ') && text.starts_with(&b[1..]) {
+        Some(b.len() - 1)
+    } else {
+        None
+    }
+}
+
 /// For each content (its first piece and its tokens), the bytes of its first token before the
 /// content's own first byte ([`Encoded::skips`]): the tokens' bytes lined up with the prompt's
 /// text (`pieces` concatenated), a token that starts with a space the text does not have being
@@ -166,16 +179,9 @@ fn skips(tokenizer: &Tokenizer, pieces: &[&str], ids: &[u32], firsts: &[Option<u
     let mut at = 0;
     for &id in ids {
         let Some(b) = tokenizer.token_bytes(id) else { break };
-        let rest = text.get(at..).unwrap_or(&[]);
-        if rest.starts_with(&b) {
-            place.push((at, 0));
-            at += b.len();
-        } else if b.first() == Some(&b' ') && rest.starts_with(&b[1..]) {
-            place.push((at, 1));
-            at += b.len() - 1;
-        } else {
-            break;
-        }
+        let Some(n) = spelled(&b, text.get(at..).unwrap_or(&[])) else { break };
+        place.push((at, b.len() - n));
+        at += n;
     }
     contents
         .iter()
