@@ -217,13 +217,18 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 }
 
 // Merges the `splits` partials of each (token, head): out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M).
+// An invocation per (token, head, quad of the head): a decode step's few heads still spread over
+// many invocations (one per head left a GPU's single workgroup walking every quad in turn). Each
+// invocation sums in the same order as one per head did, so the result is the same bit for bit.
 @compute @workgroup_size(64)
-fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let th = gid.x;
-    if th >= p.t * p.n_head {
+fn combine(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let hd4 = p.hd / 4u;
+    let idx = gid.x + gid.y * nw.x * 64u;
+    if idx >= p.t * p.n_head * hd4 {
         return;
     }
-    let hd4 = p.hd / 4u;
+    let th = idx / hd4;
+    let i = idx % hd4;
     let stride = hd4 + 1u;
     let base = th * p.splits * stride;
     var mx = -3.0e38;
@@ -240,16 +245,14 @@ fn combine(@builtin(global_invocation_id) gid: vec3<u32>) {
             l += ml.y * exp(ml.x - mx);
         }
     }
-    for (var i = 0u; i < hd4; i++) {
-        var a = vec4<f32>(0.0);
-        for (var s = 0u; s < p.splits; s++) {
-            let ml = part[base + s * stride + hd4];
-            if ml.y > 0.0 {
-                a += part[base + s * stride + i] * exp(ml.x - mx);
-            }
+    var a = vec4<f32>(0.0);
+    for (var s = 0u; s < p.splits; s++) {
+        let ml = part[base + s * stride + hd4];
+        if ml.y > 0.0 {
+            a += part[base + s * stride + i] * exp(ml.x - mx);
         }
-        out[th * hd4 + i] = a / l;
     }
+    out[th * hd4 + i] = a / l;
 }
 
 // `coop` (GPUs): a 64-lane workgroup per (token, head, slice) — no per-invocation arrays. The q

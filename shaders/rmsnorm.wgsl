@@ -1,4 +1,6 @@
-// y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · w — one row per invocation (no barriers); with
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · w — a 64-lane workgroup per row: the lanes sum
+// strided squares and a tree in workgroup memory adds them (one invocation walking a row alone,
+// as before, took ~125 µs a row on a discrete GPU: 40–65% of a decode step's GPU time). With
 // `acc`, y[r, :] += that (Gemma-3's post-attention and post-FFN norms, added to the residual).
 
 struct Params {
@@ -13,19 +15,30 @@ struct Params {
 @group(0) @binding(2) var<storage, read> w: array<f32>;          // [dim]
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;    // [rows, dim]
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let r = gid.x;
+const WG: u32 = 64u;
+var<workgroup> red: array<f32, WG>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) l: u32) {
+    let r = wid.x + wid.y * nw.x;
     if r >= p.rows {
         return;
     }
     let b = r * p.dim;
     var ss = 0.0;
-    for (var i = 0u; i < p.dim; i++) {
+    for (var i = l; i < p.dim; i += WG) {
         ss += x[b + i] * x[b + i];
     }
-    let s = inverseSqrt(ss / f32(p.dim) + p.eps);
-    for (var i = 0u; i < p.dim; i++) {
+    red[l] = ss;
+    workgroupBarrier();
+    for (var h = WG / 2u; h > 0u; h >>= 1u) {
+        if l < h {
+            red[l] += red[l + h];
+        }
+        workgroupBarrier();
+    }
+    let s = inverseSqrt(red[0] / f32(p.dim) + p.eps);
+    for (var i = l; i < p.dim; i += WG) {
         let v = x[b + i] * s * w[i];
         y[b + i] = select(v, y[b + i] + v, p.acc == 1u);
     }

@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Gpu, Kernel};
 
-use super::{groups_2d, need, u, KvPages, Variant};
+use super::{groups_1d, groups_2d, need, u, KvPages, Variant};
 
 static ATTENTION: Kernel = kernel!("attention", "main", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
 static ATTENTION_COOP: Kernel = kernel!("attention", "coop", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
@@ -196,7 +196,7 @@ pub fn attention(
         b.dispatch(&ATTENTION, &consts, &params, &buffers, groups_2d(b.gpu(), (heads / group * splits).div_ceil(WG)))?;
     }
     if splits > 1 {
-        b.dispatch(&ATTENTION_COMBINE, &[], &params, &buffers, [u(heads).div_ceil(64), 1, 1])?;
+        b.dispatch(&ATTENTION_COMBINE, &[], &params, &buffers, groups_1d(b.gpu(), heads * (kv.head_dim / 4)))?;
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Kernel};
 
-use super::{need, u};
+use super::{groups_2d, need, u};
 
 static HEAD_NORM: Kernel = kernel!("head_norm", "main", [ReadWrite, Read]);
 
@@ -30,5 +30,5 @@ pub fn head_norm(b: &mut Batch, x: &wgpu::Buffer, w: &wgpu::Buffer, s: &HeadsSha
     need("head_norm", "x", x, s.t * s.row_stride)?;
     need("head_norm", "w", w, s.head_dim)?;
     let params = [u(s.t), u(s.heads), u(s.row_stride), u(s.off), u(s.head_dim), eps.to_bits()];
-    b.dispatch(&HEAD_NORM, &[], &params, &[x, w], [u(s.t * s.heads).div_ceil(64), 1, 1])
+    b.dispatch(&HEAD_NORM, &[], &params, &[x, w], groups_2d(b.gpu(), s.t * s.heads))
 }

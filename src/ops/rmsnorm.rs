@@ -3,7 +3,7 @@
 use crate::error::Result;
 use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Kernel};
 
-use super::{need, u};
+use super::{groups_2d, need, u};
 
 static RMSNORM: Kernel = kernel!("rmsnorm", "main", [Read, Read, ReadWrite]);
 
@@ -22,5 +22,5 @@ fn norm(b: &mut Batch, x: &wgpu::Buffer, w: &wgpu::Buffer, y: &wgpu::Buffer, row
     need("rmsnorm", "x", x, rows * dim)?;
     need("rmsnorm", "w", w, dim)?;
     need("rmsnorm", "y", y, rows * dim)?;
-    b.dispatch(&RMSNORM, &[], &[u(rows), u(dim), eps.to_bits(), acc as u32], &[x, w, y], [u(rows).div_ceil(64), 1, 1])
+    b.dispatch(&RMSNORM, &[], &[u(rows), u(dim), eps.to_bits(), acc as u32], &[x, w, y], groups_2d(b.gpu(), rows))
 }
