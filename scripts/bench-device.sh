@@ -5,15 +5,17 @@
 #
 #   scripts/bench-device.sh prepare   here: builds the release CLI, copies it (stripped) into
 #                                     .dev/, downloads the Vulkan loader packages into .gl/ (the
-#                                     device README's recipe), and cuts the models into ≤ 28 MiB
+#                                     device README's recipe), and cuts the models into ≤ 24 MiB
 #                                     pieces under .dev/models/ (both folders git-excluded)
 #   scripts/bench-device.sh run       there (`run` with carry [".gl", ".dev"], in calls that each
-#                                     carry at most 64 MiB: `run piece N` unpacks one piece set)
+#                                     carry at most 64 MiB: `run piece` copies one set of pieces to /tmp, which stays while the
+#                                     machine is warm, so the calls follow each other within 30 s)
 #
 # The default model (101 MB), a Q4_K_M file (105 MB) and Gemma-3-270m (253 MB, scripts/fetch-gemma.sh) do not fit one call, so `prepare` writes
-# the pieces into numbered sets .dev/set-1, .dev/set-2, …; each `run` call carries `.gl`, `.dev/bin`
-# and one set, and the last call (`run bench`) joins them (files kept between warm calls) and runs:
-#   hotprefix bench model --json --model M   for each model, and `hotprefix bench kernels`
+# the pieces into numbered sets .dev/set-1, .dev/set-2, …; each `run piece` call carries one set, and the last call (`run bench`) joins them (files kept between warm calls) and runs:
+#   hotprefix bench model --json --model M   for each model, `hotprefix bench kernels` and
+#   `hotprefix bench cache` on the first model, and `bench profile` (the warm request on the first
+#   model, a decode step on each),
 # printing one JSON line per model with the adapter string. Record the lines in docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,23 +37,24 @@ case "${1:-}" in
     for m in $MODELS; do
       [ -f "$m" ] || { echo "bench-device: $m is missing (scripts/fetch-model.sh, scripts/make-formats.sh, scripts/fetch-gemma.sh)" >&2; exit 1; }
       sha256sum "$m" | sed "s|  .*/|  |" >>.dev/models.sha256
-      split -b 28M -d "$m" ".dev/$(basename "$m").part-"
+      split -b 24M -d "$m" ".dev/$(basename "$m").part-"
     done
-    # Two pieces a set: .dev/set-N/ (each call carries one set, .gl and .dev/bin).
+    # Two pieces a set: .dev/set-N/ (each call carries one set and the tracked tree, under 64 MiB
+    # together; the last call carries .gl and .dev/bin).
     for p in .dev/*.part-*; do
       set=$((set + 1)); d=.dev/set-$(( (set + 1) / 2 )); mkdir -p "$d"; mv "$p" "$d/"
     done
     du -sh .gl .dev/bin .dev/set-* | sed 's/^/bench-device: /'
-    echo "bench-device: then, per set N: run(command='bash scripts/bench-device.sh run piece', carry=['.gl','.dev/bin','.dev/set-N','.dev/models.sha256'])"
+    echo "bench-device: then, per set N: run(command='bash scripts/bench-device.sh run piece', carry=['.dev/set-N'])"
     echo "bench-device: and last: run(command='bash scripts/bench-device.sh run bench', carry=['.gl','.dev/bin','.dev/models.sha256'])"
     ;;
   run)
+    mkdir -p /tmp/hotprefix-models
+    # Pieces carried in this call (the last call may carry the last set too).
+    if ls .dev/set-*/*.part-* >/dev/null 2>&1; then cp .dev/set-*/*.part-* /tmp/hotprefix-models/; fi
+    if [ "${2:-}" = piece ]; then ls -la /tmp/hotprefix-models; exit 0; fi
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
-    mkdir -p /tmp/hotprefix-models
-    if [ "${2:-}" = piece ]; then
-      cp .dev/set-*/*.part-* /tmp/hotprefix-models/ && ls -la /tmp/hotprefix-models; exit 0
-    fi
     cd /tmp/hotprefix-models
     for f in $(sed 's/^[0-9a-f]*  //' "$OLDPWD/.dev/models.sha256"); do cat "$f".part-* >"$f"; done
     sha256sum -c "$OLDPWD/.dev/models.sha256"
@@ -61,6 +64,13 @@ case "${1:-}" in
       .dev/bin/hotprefix bench model --json --model "/tmp/hotprefix-models/$f" | tee -a "$OUT/bench-device.jsonl"
     done
     .dev/bin/hotprefix bench kernels | tee "$OUT/bench-kernels.txt"
+    # The warm/cold TTFT of a question after a resident document, on the default model.
+    .dev/bin/hotprefix bench cache --runs 5 --model "/tmp/hotprefix-models/$(sed -n '1s/^[0-9a-f]*  //p' .dev/models.sha256)" | tee "$OUT/bench-cache.txt"
+    # Where the GPU time goes (timestamp queries): the warm request, and a decode step of each model.
+    for f in $(sed 's/^[0-9a-f]*  //' .dev/models.sha256); do
+      [ "$f" = "$(sed -n '1s/^[0-9a-f]*  //p' .dev/models.sha256)" ] && .dev/bin/hotprefix bench profile --section warm --model "/tmp/hotprefix-models/$f"
+      .dev/bin/hotprefix bench profile --section decode-short --model "/tmp/hotprefix-models/$f"
+    done | tee "$OUT/bench-profile.txt"
     ;;
   *) echo "usage: $0 prepare | run [piece|bench]" >&2; exit 2 ;;
 esac
