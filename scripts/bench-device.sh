@@ -17,6 +17,8 @@
 #   `hotprefix bench cache` on the first model, and `bench profile` (the warm request on the first
 #   model, a decode step on each),
 # printing one JSON line per model with the adapter string. Record the lines in docs/BENCHMARKS.md.
+# The machine goes back after 30 s idle, and the pieces with it: make the piece calls and the
+# bench call back to back (one batch of tool calls: ~4 s a piece call once the machine is up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODELS=${MODELS:-models/SmolLM2-135M-Instruct.Q4_1.gguf models/formats/smollm2-Q4_K_M.gguf models/gemma-3-270m-q4_k_m.gguf}
@@ -27,11 +29,13 @@ case "${1:-}" in
     cargo build --release -p hotprefix-cli
     rm -rf .dev && mkdir -p .dev/bin
     cp target/release/hotprefix .dev/bin/ && strip .dev/bin/hotprefix
-    if [ ! -d .gl ] || ! ls .gl/*.deb >/dev/null 2>&1; then
+    if ! ls .gl/libglvnd0_*.deb >/dev/null 2>&1; then
       mkdir -p .gl /tmp/amd64/partial
       o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
       apt-get $o update >/dev/null
-      (cd .gl && apt-get $o download libvulkan1 >/dev/null)
+      # The NVIDIA ICD (libGLX_nvidia) needs glvnd beside the loader: with libvulkan1 alone
+      # vkCreateInstance finds no driver.
+      (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
     fi
     set=0
     for m in $MODELS; do
