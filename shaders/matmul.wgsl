@@ -167,12 +167,16 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     }
 }
 
-// A 4 × 4 tile of y (4 tokens × 4 output rows) per invocation: each weight value is dequantized
-// once for four tokens, each x value read once for four rows.
+// A TT × 4 tile of y (TT tokens × 4 output rows) per invocation: each weight value is dequantized
+// once for TT tokens, each x value read once for four rows. TT is 4, or 1 where few tokens would
+// leave a GPU with too few invocations (Coop, ops/matmul.rs): 4× the invocations for the warm
+// request's 25 tokens. Token t's sums are the same expressions in the same order either way.
+override TT: u32 = 4u;
+
 @compute @workgroup_size(WG)
 fn matmul(@builtin(global_invocation_id) gid: vec3<u32>) {
     let n0 = gid.x * 4u;
-    let t0 = gid.y * 4u;
+    let t0 = gid.y * TT;
     if n0 >= p.n || t0 >= p.t {
         return;
     }
@@ -199,13 +203,15 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>) {
         for (var j = 0u; j < 8u; j++) {
             let i = 8u * c + j;
             let x0 = x[tt.x + i];
-            let x1 = x[tt.y + i];
-            let x2 = x[tt.z + i];
-            let x3 = x[tt.w + i];
             a0 += vec4<f32>(dot(x0, c0[j]), dot(x0, c1[j]), dot(x0, c2[j]), dot(x0, c3[j]));
-            a1 += vec4<f32>(dot(x1, c0[j]), dot(x1, c1[j]), dot(x1, c2[j]), dot(x1, c3[j]));
-            a2 += vec4<f32>(dot(x2, c0[j]), dot(x2, c1[j]), dot(x2, c2[j]), dot(x2, c3[j]));
-            a3 += vec4<f32>(dot(x3, c0[j]), dot(x3, c1[j]), dot(x3, c2[j]), dot(x3, c3[j]));
+            if TT > 1u {
+                let x1 = x[tt.y + i];
+                let x2 = x[tt.z + i];
+                let x3 = x[tt.w + i];
+                a1 += vec4<f32>(dot(x1, c0[j]), dot(x1, c1[j]), dot(x1, c2[j]), dot(x1, c3[j]));
+                a2 += vec4<f32>(dot(x2, c0[j]), dot(x2, c1[j]), dot(x2, c2[j]), dot(x2, c3[j]));
+                a3 += vec4<f32>(dot(x3, c0[j]), dot(x3, c1[j]), dot(x3, c2[j]), dot(x3, c3[j]));
+            }
         }
     }
     for (var i = 0u; i < select(k4n, 0u, BLOCK > 1u && CHUNK == 1u); i++) {
@@ -214,16 +220,18 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>) {
         let w2 = w4(r.z, i);
         let w3 = w4(r.w, i);
         let x0 = x[tt.x + i];
-        let x1 = x[tt.y + i];
-        let x2 = x[tt.z + i];
-        let x3 = x[tt.w + i];
         a0 += vec4<f32>(dot(x0, w0), dot(x0, w1), dot(x0, w2), dot(x0, w3));
-        a1 += vec4<f32>(dot(x1, w0), dot(x1, w1), dot(x1, w2), dot(x1, w3));
-        a2 += vec4<f32>(dot(x2, w0), dot(x2, w1), dot(x2, w2), dot(x2, w3));
-        a3 += vec4<f32>(dot(x3, w0), dot(x3, w1), dot(x3, w2), dot(x3, w3));
+        if TT > 1u {
+            let x1 = x[tt.y + i];
+            let x2 = x[tt.z + i];
+            let x3 = x[tt.w + i];
+            a1 += vec4<f32>(dot(x1, w0), dot(x1, w1), dot(x1, w2), dot(x1, w3));
+            a2 += vec4<f32>(dot(x2, w0), dot(x2, w1), dot(x2, w2), dot(x2, w3));
+            a3 += vec4<f32>(dot(x3, w0), dot(x3, w1), dot(x3, w2), dot(x3, w3));
+        }
     }
     let acc = array<vec4<f32>, 4>(a0, a1, a2, a3);
-    for (var ti = 0u; ti < 4u; ti++) {
+    for (var ti = 0u; ti < TT; ti++) {
         let t = t0 + ti;
         if t >= p.t {
             break;

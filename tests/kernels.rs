@@ -59,11 +59,12 @@ fn mm(format: Format, shapes: &[(usize, usize, usize)]) -> Vec<Check> {
     shapes.iter().map(|&(t, k, n)| Check::Matmul { format, t, k: k.next_multiple_of(format.block()), n }).collect()
 }
 
-// Odd T and N (not multiples of any workgroup size), T = 1 (matvec), T ≥ 4 (tiled), large K; for
+// Odd T and N (not multiples of any workgroup size), T = 1 (matvec), T ≥ 4 (tiled), T ≥ 64 (Coop's
+// 4-token tiles), large K; for
 // the 256-value formats K rounds up (576 → 768: an odd number of 256-blocks).
 #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 const NATIVE_MM: &[(usize, usize, usize)] =
-    &[(1, 576, 577), (1, 4096, 67), (3, 64, 129), (4, 96, 5), (13, 576, 203), (37, 1536, 33), (2, 32, 1)];
+    &[(1, 576, 577), (1, 4096, 67), (3, 64, 129), (4, 96, 5), (13, 576, 203), (37, 1536, 33), (2, 32, 1), (67, 256, 37)];
 #[allow(dead_code)] // used by the browser build only
 const BROWSER_MM: &[(usize, usize, usize)] = &[(1, 96, 37), (5, 64, 19)];
 #[cfg_attr(target_arch = "wasm32", allow(dead_code))]

@@ -41,6 +41,8 @@ const MV_MIN_GROUPS: usize = 8;
 const MV_MIN_GROUPS_CPU: usize = 3;
 /// Token count from which `matmul` uses the 4×4-tiled kernel instead of the matrix-vector one.
 const TILE_FROM: usize = 4;
+/// `Coop`'s tiled matmul takes 4 tokens a tile from this many tokens, 1 below (see `matmul_into`).
+const COOP_TILE_FROM: usize = 64;
 
 /// A weight matrix `[n, k]` on the GPU in its quantized form: one or more parts, each a range of
 /// rows in one format and one buffer. A matrix has several parts when it is larger than one
@@ -241,7 +243,13 @@ fn matmul_into(
             // 32 more live vectors a lane; unmeasured there). Tied to the variant, not the
             // adapter, so the kernel checks run both loops on every adapter.
             let chunk = kind != Variant::Coop;
-            let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("CHUNK", chunk as u32 as f64)];
+            // Tokens a tile: 1 on GPUs when 4 would leave too few invocations to hide the
+            // latency of each one's K walk (the warm request's 25 tokens at N = 576: 1,008
+            // invocations on 132 SMs). A token's sums do not depend on it (matmul.wgsl).
+            let tt = if kind == Variant::Coop && t < COOP_TILE_FROM { 1 } else { 4 };
+            let groups = [groups[0], u(t.div_ceil(tt)), 1];
+            let consts =
+                [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("CHUNK", chunk as u32 as f64), ("TT", tt as f64)];
             b.dispatch(&MATMUL, &consts, &params, &[x, &part.buf, y], groups)?;
         }
     }

@@ -324,10 +324,29 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
     let (got, ms) = got;
     let mut max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * mag[i])?;
     // The tiled kernel of every variant, whatever T is (prefill's matmul_exact).
+    // Its first few tokens alone, too: a token's result must not depend on the tokens beside it
+    // (a cached prefix and a new suffix get the K/V of the whole prompt at once), bit for bit,
+    // also where the tile shape changes with T (Coop below 64 tokens).
+    let m = (t / 2).clamp(1, 5);
+    let head_x = gpu.upload("x head", &x[..m * k]).await?;
+    let head_y = gpu.storage("y head", 4 * (m * n) as u64).await?;
     for kind in Variant::available(gpu) {
         ops_once(gpu, |b| ops::matmul_exact(b, &xb, &w, &yb, t, false, kind)).await?;
         let got = gpu.read_f32(&yb, t * n).await?;
         max_err = max_err.max(compare(&name, &format!("y (tiled, {kind:?})"), &got, &want, |i| 1e-5 + 2e-5 * mag[i])?);
+        if t > 1 {
+            ops_once(gpu, |b| ops::matmul_exact(b, &head_x, &w, &head_y, m, false, kind)).await?;
+            let head = gpu.read_f32(&head_y, m * n).await?;
+            if let Some(i) = (0..m * n).find(|&i| head[i].to_bits() != got[i].to_bits()) {
+                return Err(Error::Mismatch(format!(
+                    "{name}: y (tiled, {kind:?}) [{}, {}] is {} in {m} tokens but {} in {t}",
+                    i / n,
+                    i % n,
+                    head[i],
+                    got[i]
+                )));
+            }
+        }
     }
     let (work, unit) = if t == 1 { (w.bytes() as f64, "GB/s") } else { (2.0 * (t * k * n) as f64, "GFLOP/s") };
     Ok(Report::timed(name, max_err, ms, work, unit))
