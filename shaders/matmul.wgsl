@@ -124,20 +124,24 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
     }
 }
 
-// Decode path for GPUs: workgroup (g, t) computes rows g·G .. g·G + G−1 of token t. Lane
-// (r, s) = (lane % G, lane / G) takes chunks s, s + S, … of row g·G + r, so the G lanes of a
-// slice read G neighbouring words (the interleaved layout), then the S slices are summed.
+// Decode path for GPUs: workgroup (g, t) computes rows g·RW .. g·RW + RW−1 of token t. Lane
+// (r, s) = (lane % RW, lane / RW) takes chunks s, s + S, … of row g·RW + r, so the RW lanes of a
+// slice read RW neighbouring words (the interleaved layout, G = 32 rows a group, RW dividing it),
+// then the S = CW / RW slices are summed by a tree in workgroup memory. RW is 32 for wide
+// matrices and less for narrow ones (ops/matmul.rs), so a 576-row projection still has
+// workgroups for every SM: with 32 rows a workgroup it had 18 on an H200's 132 SMs, each lane's
+// chunks one dependent memory round trip after another.
 const CW: u32 = 256u;
-const S: u32 = CW / G;
+override RW: u32 = 32u;
 var<workgroup> red: array<f32, CW>;
 var<workgroup> red_ss: array<f32, CW>;
 
 @compute @workgroup_size(CW)
 fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = wid.y;
-    let r = lid % G;
-    let s = lid / G;
-    let n = wid.x * G + r;
+    let r = lid % RW;
+    let s = lid / RW;
+    let n = wid.x * RW + r;
     let rb = row_base(min(n, p.n - 1u));
     // x quads a chunk: a 32-value block or sub-block's 8, or one.
     let per = clamp(BLOCK / 4u, 1u, 8u);
@@ -145,7 +149,7 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     var xv: array<vec4<f32>, 8>;
     var acc = vec4<f32>(0.0);
     var ss = 0.0;
-    for (var c = s; c < chunks; c += S) {
+    for (var c = s; c < chunks; c += CW / RW) {
         var xsum = vec4<f32>(0.0);
         for (var i = 0u; i < per; i++) {
             xv[i] = x_at(t, c * per + i, &ss);
@@ -156,14 +160,15 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     red[lid] = dot(acc, vec4<f32>(1.0));
     red_ss[lid] = ss;
     workgroupBarrier();
-    if s == 0u && n < p.n {
-        var v = 0.0;
-        var q = 0.0;
-        for (var j = 0u; j < S; j++) {
-            v += red[j * G + r];
-            q += red_ss[j * G + r];
+    for (var h = CW / RW / 2u; h > 0u; h >>= 1u) {
+        if s < h {
+            red[lid] += red[lid + h * RW];
+            red_ss[lid] += red_ss[lid + h * RW];
         }
-        store(t, n, finish(v, q));
+        workgroupBarrier();
+    }
+    if s == 0u && n < p.n {
+        store(t, n, finish(red[r], red_ss[r]));
     }
 }
 

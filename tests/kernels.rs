@@ -120,6 +120,7 @@ gpu_test!(matmul_accumulate,
 
 /// The decode projections on every matrix-vector kernel (whatever the adapter would pick), every
 /// weight format and fused op, odd N, from a later row of x, with and without the residual add.
+/// Natively N = 577, 4,099 and 8,195 give `matvec_coop` 8, 16 and 32 rows a workgroup.
 fn matvecs(shapes: &[(usize, usize)]) -> Vec<Check> {
     let mut v = Vec::new();
     for kind in [Variant::Rows, Variant::Lanes, Variant::Coop] {
@@ -135,7 +136,7 @@ fn matvecs(shapes: &[(usize, usize)]) -> Vec<Check> {
 }
 
 gpu_test!(matvec_fused,
-    native: matvecs(&[(576, 577), (1536, 67), (64, 1), (2048, 129), (96, 4099)]),
+    native: matvecs(&[(576, 577), (1536, 67), (64, 1), (2048, 129), (96, 4099), (64, 8195)]),
     browser: matvecs(&[(64, 37), (96, 5)]));
 
 // Weights in parts: two formats in one matrix (a fused projection of a K-quant file), each split by

@@ -39,6 +39,8 @@ const MV_ROWS: usize = 8;
 /// GPU and on a CPU adapter (lavapipe: measured in docs/BENCHMARKS.md).
 const MV_MIN_GROUPS: usize = 8;
 const MV_MIN_GROUPS_CPU: usize = 3;
+/// Fewest workgroups a `matvec_coop` dispatch should have (fewer rows a workgroup otherwise).
+const COOP_MIN_GROUPS: usize = 256;
 /// Token count from which `matmul` uses the 4×4-tiled kernel instead of the matrix-vector one.
 const TILE_FROM: usize = 4;
 /// `Coop`'s tiled matmul takes 4 tokens a tile from this many tokens, 1 below (see `matmul_into`).
@@ -341,7 +343,11 @@ fn matvec_rows(
                 b.dispatch(kernel, &consts, &params, &[x, &part.buf, y, aux], groups)?;
             }
             Variant::Coop => {
-                let groups = [u(part.n.div_ceil(quant::ROW_GROUP)), u(t), 1];
+                // Rows a workgroup: 32 (a row group) where that leaves enough workgroups, else
+                // fewer, down to 8 (8 neighbouring words: one 32-byte sector a slice).
+                let rw = [32, 16, 8].into_iter().find(|&rw| part.n.div_ceil(rw) >= COOP_MIN_GROUPS).unwrap_or(8);
+                let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("RW", rw as f64)];
+                let groups = [u(part.n.div_ceil(rw)), u(t), 1];
                 b.dispatch(&MATVEC_COOP, &consts, &params, &[x, &part.buf, y, aux], groups)?;
             }
         }
