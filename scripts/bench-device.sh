@@ -6,10 +6,12 @@
 #   scripts/bench-device.sh prepare   here: builds the release CLI, copies it (stripped) into
 #                                     .dev/, downloads the Vulkan loader packages into .gl/ (the
 #                                     device README's recipe), and cuts the models into ≤ 24 MiB
-#                                     pieces under .dev/models/ (both folders git-excluded)
-#   scripts/bench-device.sh run       there (`run` with carry [".gl", ".dev"], in calls that each
-#                                     carry at most 64 MiB: `run piece` copies one set of pieces to /tmp, which stays while the
-#                                     machine is warm, so the calls follow each other within 30 s)
+#                                     pieces in sets .dev/set-N (both folders git-excluded)
+#   scripts/bench-device.sh run       there, in calls that each carry at most 64 MiB with the tree:
+#                                     `run piece` (carry [".dev/set-N"]) copies one set to /tmp,
+#                                     which stays while the machine is warm; `run bench` (carry
+#                                     [".gl", ".dev/bin", ".dev/models.sha256", last set]) joins
+#                                     the pieces and runs the benchmarks
 #
 # The default model (101 MB), a Q4_K_M file (105 MB) and Gemma-3-270m (253 MB, scripts/fetch-gemma.sh) do not fit one call, so `prepare` writes
 # the pieces into numbered sets .dev/set-1, .dev/set-2, …; each `run piece` call carries one set, and the last call (`run bench`) joins them (files kept between warm calls) and runs:

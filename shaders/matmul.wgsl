@@ -6,10 +6,10 @@
 // be one of several parts of a matrix (rows split across bindings, or fused projections whose
 // tensors differ in format): row n of a part is column y_off + n of y, whose rows are y_stride.
 //
-// Three kernels: `matmul` (4×4 tiles, prefill), `matvec` (an invocation per 1–8 rows walking K
-// alone: no workgroup memory and no barriers, which lavapipe runs fastest, docs/BENCHMARKS.md) and
-// `matvec_coop` (a workgroup per 32 rows, its lanes splitting K and summing in workgroup memory:
-// real GPUs, where one invocation per row leaves most lanes idle). The matrix-vector kernels can
+// Three kernels: `matmul` (tiles of TT tokens × 4 rows, prefill), `matvec` (an invocation per 1–8
+// rows walking K alone: no workgroup memory and no barriers, which lavapipe runs fastest,
+// docs/BENCHMARKS.md) and `matvec_coop` (a workgroup per 8–32 rows, its lanes splitting K and
+// summing in workgroup memory: real GPUs, where one invocation per row leaves most lanes idle). The matrix-vector kernels can
 // fuse the op before them into their x-load (XLOAD): RMSNorm (x / rms(x) · nw; the 1/rms factor is
 // applied to the finished dot product, Σx² accumulated from the same loads) or SwiGLU
 // (silu(gate) · up from a fused gate|up row).
@@ -128,9 +128,9 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
 // (r, s) = (lane % RW, lane / RW) takes chunks s, s + S, … of row g·RW + r, so the RW lanes of a
 // slice read RW neighbouring words (the interleaved layout, G = 32 rows a group, RW dividing it),
 // then the S = CW / RW slices are summed by a tree in workgroup memory. RW is 32 for wide
-// matrices and less for narrow ones (ops/matmul.rs), so a 576-row projection still has
-// workgroups for every SM: with 32 rows a workgroup it had 18 on an H200's 132 SMs, each lane's
-// chunks one dependent memory round trip after another.
+// matrices and less, down to 8, for narrow ones (ops/matmul.rs): a 576-row projection gets 72
+// workgroups, not 18 (on an H200's 132 SMs each lane's chunks were one dependent memory round
+// trip after another).
 const CW: u32 = 256u;
 override RW: u32 = 32u;
 var<workgroup> red: array<f32, CW>;
@@ -174,8 +174,8 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
 
 // A TT × 4 tile of y (TT tokens × 4 output rows) per invocation: each weight value is dequantized
 // once for TT tokens, each x value read once for four rows. TT is 4, or 1 where few tokens would
-// leave a GPU with too few invocations (Coop, ops/matmul.rs): 4× the invocations for the warm
-// request's 25 tokens. Token t's sums are the same expressions in the same order either way.
+// leave a GPU with too few invocations (Coop, ops/matmul.rs): 3,600 invocations instead of 1,008
+// for the warm request's 25 tokens at N = 576. Token t's sums are the same expressions in the same order either way.
 override TT: u32 = 4u;
 
 @compute @workgroup_size(WG)

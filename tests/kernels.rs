@@ -115,7 +115,8 @@ fn every_format_has_its_kernel_test() {
 
 gpu_test!(matmul_accumulate,
     native: [Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 576, n: 577 }, Check::MatmulAcc { format: Format::Q4_1, t: 13, k: 1536, n: 67 },
-             Check::MatmulAcc { format: Format::Q8_0, t: 2, k: 64, n: 9 }, Check::MatmulAcc { format: Format::Q4_K, t: 5, k: 512, n: 37 }],
+             Check::MatmulAcc { format: Format::Q8_0, t: 2, k: 64, n: 9 }, Check::MatmulAcc { format: Format::Q4_K, t: 5, k: 512, n: 37 },
+             Check::MatmulAcc { format: Format::Q5_K, t: 70, k: 256, n: 19 }],
     browser: [Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 64, n: 33 }, Check::MatmulAcc { format: Format::Q4_1, t: 5, k: 64, n: 33 }]);
 
 /// The decode projections on every matrix-vector kernel (whatever the adapter would pick), every

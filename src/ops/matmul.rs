@@ -41,7 +41,7 @@ const MV_MIN_GROUPS: usize = 8;
 const MV_MIN_GROUPS_CPU: usize = 3;
 /// Fewest workgroups a `matvec_coop` dispatch should have (fewer rows a workgroup otherwise).
 const COOP_MIN_GROUPS: usize = 256;
-/// Token count from which `matmul` uses the 4×4-tiled kernel instead of the matrix-vector one.
+/// Token count from which `matmul` uses the tiled kernel instead of the matrix-vector one.
 const TILE_FROM: usize = 4;
 /// `Coop`'s tiled matmul takes 4 tokens a tile from this many tokens, 1 below (see `matmul_into`).
 const COOP_TILE_FROM: usize = 64;

@@ -316,6 +316,9 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
         let got = gpu.read_f32(&yb, t * n).await?;
         let want: Vec<f32> = want.iter().zip(&y0).map(|(a, b)| a + b).collect();
         let max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * (mag[i] + y0[i].abs()))?;
+        for kind in Variant::available(gpu) {
+            alone_as_in_all(gpu, &name, kind, &x, &w, Some(&y0), t).await?;
+        }
         return Ok(Report { name, max_err, ms: None, rate: None });
     } else {
         let ms = execute(gpu, reps, |b| ops::matmul(b, &xb, &w, &yb, t)).await?;
@@ -324,32 +327,49 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
     let (got, ms) = got;
     let mut max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * mag[i])?;
     // The tiled kernel of every variant, whatever T is (prefill's matmul_exact).
-    // Its first few tokens alone, too: a token's result must not depend on the tokens beside it
-    // (a cached prefix and a new suffix get the K/V of the whole prompt at once), bit for bit,
-    // also where the tile shape changes with T (Coop below 64 tokens).
-    let m = (t / 2).clamp(1, 5);
-    let head_x = gpu.upload("x head", &x[..m * k]).await?;
-    let head_y = gpu.storage("y head", 4 * (m * n) as u64).await?;
     for kind in Variant::available(gpu) {
         ops_once(gpu, |b| ops::matmul_exact(b, &xb, &w, &yb, t, false, kind)).await?;
         let got = gpu.read_f32(&yb, t * n).await?;
         max_err = max_err.max(compare(&name, &format!("y (tiled, {kind:?})"), &got, &want, |i| 1e-5 + 2e-5 * mag[i])?);
-        if t > 1 {
-            ops_once(gpu, |b| ops::matmul_exact(b, &head_x, &w, &head_y, m, false, kind)).await?;
-            let head = gpu.read_f32(&head_y, m * n).await?;
-            if let Some(i) = (0..m * n).find(|&i| head[i].to_bits() != got[i].to_bits()) {
-                return Err(Error::Mismatch(format!(
-                    "{name}: y (tiled, {kind:?}) [{}, {}] is {} in {m} tokens but {} in {t}",
-                    i / n,
-                    i % n,
-                    head[i],
-                    got[i]
-                )));
-            }
-        }
+        alone_as_in_all(gpu, &name, kind, &x, &w, None, t).await?;
     }
     let (work, unit) = if t == 1 { (w.bytes() as f64, "GB/s") } else { (2.0 * (t * k * n) as f64, "GFLOP/s") };
     Ok(Report::timed(name, max_err, ms, work, unit))
+}
+
+/// A token's result on the tiled kernel does not depend on the tokens beside it, bit for bit: a
+/// cached prefix and a new suffix get the K/V of the whole prompt at once, also where the tile
+/// shape changes with T (Coop below 64 tokens) and where the suffix starts inside a tile. Runs
+/// the `t` tokens of x at once, then a few of them alone, from token 0 and from a later one;
+/// with `y0`, as `y += x · Wᵀ` onto it.
+async fn alone_as_in_all(gpu: &Gpu, name: &str, kind: Variant, x: &[f32], w: &Weight, y0: Option<&[f32]>, t: usize) -> Result<()> {
+    if t < 2 {
+        return Ok(());
+    }
+    let (k, n) = (w.k, w.n);
+    let acc = y0.is_some();
+    let zeros = vec![0f32; if acc { 0 } else { t * n }];
+    let y0 = y0.unwrap_or(&zeros);
+    let (xb, yb) = (gpu.upload("x", x).await?, gpu.upload("y", y0).await?);
+    ops_once(gpu, |b| ops::matmul_exact(b, &xb, w, &yb, t, acc, kind)).await?;
+    let all = gpu.read_f32(&yb, t * n).await?;
+    let m = (t / 2).clamp(1, 5);
+    for j in [0, (t - m).min(3)] {
+        let xh = gpu.upload("x alone", &x[j * k..(j + m) * k]).await?;
+        let yh = gpu.upload("y alone", &y0[j * n..(j + m) * n]).await?;
+        ops_once(gpu, |b| ops::matmul_exact(b, &xh, w, &yh, m, acc, kind)).await?;
+        let alone = gpu.read_f32(&yh, m * n).await?;
+        if let Some(i) = (0..m * n).find(|&i| alone[i].to_bits() != all[j * n + i].to_bits()) {
+            return Err(Error::Mismatch(format!(
+                "{name}: y (tiled, {kind:?}{}) of token {} is {} in {m} tokens from {j} but {} in {t}",
+                if acc { ", +=" } else { "" },
+                j + i / n,
+                alone[i],
+                all[j * n + i]
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The page table of a `ctx`-token sequence: a shuffled subset of a pool of `pool` pages of
