@@ -7,7 +7,7 @@ use crate::api::DivergedAt;
 use crate::cache::prefix::Divergence;
 use crate::cache::truncate;
 use crate::error::{Error, Result};
-use crate::text::template::{ChatTemplate, FunctionCall, Message, ToolCall};
+use crate::text::template::{ChatTemplate, FunctionCall, Message, Now, ToolCall};
 use crate::text::tokenizer::Tokenizer;
 
 /// A prompt encoded from messages: the token ids and where each message's content lies.
@@ -397,16 +397,16 @@ impl Prompter<'_> {
     /// not: the conversation as the next request will hold it, after an answer.
     pub fn encode_turns(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Encoded> {
         // Its renders all see one time (a date the template writes cannot change between them).
-        super::template::with_one_clock_reading(|| self.encode_turns_now(messages, add_generation_prompt))
+        self.encode_turns_at(messages, add_generation_prompt, super::template::clock())
     }
 
-    fn encode_turns_now(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Encoded> {
+    fn encode_turns_at(&self, messages: &[Message], add_generation_prompt: bool, now: Now) -> Result<Encoded> {
         let template = self.template.ok_or_else(|| Error::Template("the model has no chat template".into()))?;
         // Render with a unique marker in place of each field (content, name, tool call name and
         // arguments), then encode the template's text with control tokens recognised and each
         // field as plain text.
         let (marked, fields) = mark(messages, None);
-        let rendered = template.render_with(&marked, self.tools, self.vars, add_generation_prompt)?;
+        let rendered = template.render_at(&marked, self.tools, self.vars, add_generation_prompt, now)?;
         let spliced = splice(template, &rendered, &fields, messages.len())?;
         // Named by its value and role, not its index: these messages are the prompt's (tool
         // results merged into one turn, the oldest turns dropped to fit), not the request's.
@@ -416,7 +416,7 @@ impl Prompter<'_> {
                 m.0, m.1.role
             )));
         }
-        if let Some(enc) = self.content_dependent(template, messages, add_generation_prompt, &spliced)? {
+        if let Some(enc) = self.content_dependent(template, messages, add_generation_prompt, &spliced, now)? {
             return Ok(self.with_bos(enc));
         }
         let pieces: Vec<(&str, bool)> = spliced.pieces.iter().map(|(t, special)| (t.as_str(), *special)).collect();
@@ -468,13 +468,20 @@ impl Prompter<'_> {
     /// them fenced by GUARD characters; where that text differs from the markers', it is the
     /// prompt, a fenced text is encoded as plain text (a user's `<|im_end|>` stays text), and
     /// each content's tokens are found by walking the markers' pieces through it.
-    fn content_dependent(&self, template: &ChatTemplate, messages: &[Message], agp: bool, marked: &Spliced) -> Result<Option<Encoded>> {
+    fn content_dependent(
+        &self,
+        template: &ChatTemplate,
+        messages: &[Message],
+        agp: bool,
+        marked: &Spliced,
+        now: Now,
+    ) -> Result<Option<Encoded>> {
         let reserved = |t: &str| t.contains([FIELD, END, GUARD_OPEN, GUARD_CLOSE]);
         if messages.iter().any(|m| reserved(&m.content)) {
             return Ok(None);
         }
         let (plain, fields) = mark(messages, Some((self.tokenizer, template.trims_content())));
-        let rendered = template.render_with(&plain, self.tools, self.vars, agp)?;
+        let rendered = template.render_at(&plain, self.tools, self.vars, agp, now)?;
         let spliced = splice(template, &rendered, &fields, messages.len())?;
         // The prompt as (text, special) segments, the fences removed: a fenced text is plain.
         let mut segments: Vec<(String, bool)> = Vec::new();

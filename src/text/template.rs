@@ -154,7 +154,7 @@ pub struct ChatTemplate {
 }
 
 /// The variables every render sets: a request's `chat_template_kwargs` cannot set them.
-pub const CONTEXT: [&str; 5] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
+pub const CONTEXT: [&str; 6] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "strftime_now"];
 
 /// llama.cpp's built-in `gemma` template (`llm_chat_apply_template`, LLM_CHAT_TEMPLATE_GEMMA) as
 /// Jinja: no system role, so the system messages (trimmed, joined) open the first user turn
@@ -262,9 +262,6 @@ impl ChatTemplate {
                 Ok(py.dumps(&json))
             },
         );
-        // Hugging Face (and llama.cpp) give templates the local time: Llama-3.x's templates write
-        // "Today Date: {strftime_now('%d %b %Y')}" into the system prompt.
-        env.add_function("strftime_now", |fmt: String| -> std::result::Result<String, minijinja::Error> { strftime_now(&fmt) });
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("raise_exception: {msg}")))
         });
@@ -315,6 +312,20 @@ impl ChatTemplate {
         vars: Option<&serde_json::Map<String, serde_json::Value>>,
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.render_at(messages, tools, vars, add_generation_prompt, clock())
+    }
+
+    /// [`Self::render_with`] at the time `now`: what the template's `strftime_now` writes. An
+    /// encoding renders a prompt more than once (with markers in place of the fields, and as it
+    /// is) and gives each render the same reading, so a date cannot change between them.
+    pub(crate) fn render_at(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+        vars: Option<&serde_json::Map<String, serde_json::Value>>,
+        add_generation_prompt: bool,
+        now: Now,
+    ) -> Result<String> {
         if let Some(k) = vars.and_then(|v| v.keys().find(|k| CONTEXT.contains(&k.as_str()))) {
             return Err(err(format!("{k:?} is the template's own variable")));
         }
@@ -331,6 +342,9 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            // Hugging Face (and llama.cpp) give templates the local time: Llama-3.x's templates
+            // write "Today Date: {strftime_now('%d %b %Y')}" into the system prompt.
+            strftime_now => minijinja::Value::from_function(move |fmt: String| strftime(now, &fmt)),
             ..minijinja::Value::from_serialize(vars.cloned().unwrap_or_default())
         };
         // Fuel, recursion and output limits end a hostile template here, as an Error::Template.
@@ -345,17 +359,16 @@ impl ChatTemplate {
 }
 
 /// A time as `strftime_now` renders it.
-type Now = chrono::DateTime<chrono::Local>;
+pub(crate) type Now = chrono::DateTime<chrono::Local>;
 
+#[cfg(test)]
 thread_local! {
-    /// Whether renders are inside [`with_one_clock_reading`], and the time read there first.
-    static ONE_READING: std::cell::Cell<(bool, Option<Now>)> = const { std::cell::Cell::new((false, None)) };
     /// Tests: the clock `strftime_now` reads instead of the system's.
-    #[cfg(test)]
     pub(crate) static TEST_CLOCK: std::cell::Cell<Option<fn() -> Now>> = const { std::cell::Cell::new(None) };
 }
 
-fn clock() -> Now {
+/// The local time now.
+pub(crate) fn clock() -> Now {
     #[cfg(test)]
     if let Some(f) = TEST_CLOCK.get() {
         return f();
@@ -363,28 +376,9 @@ fn clock() -> Now {
     chrono::Local::now()
 }
 
-/// Runs `f` with one reading of the clock: every `strftime_now` the templates call inside renders
-/// the time read first. A prompt is rendered more than once (with markers in place of the fields,
-/// and as it is): read afresh, a date could change between the two (a request at midnight), and
-/// the renders would not agree. Each call starts from a fresh reading (and puts back what was
-/// there on the way out), so a reading left behind by a call that never returned (a panic on
-/// wasm32 aborts, and no guard runs) is not used by the next encoding.
-pub(crate) fn with_one_clock_reading<T>(f: impl FnOnce() -> T) -> T {
-    struct Done(Option<Now>, bool);
-    impl Drop for Done {
-        fn drop(&mut self) {
-            ONE_READING.set((self.1, self.0));
-        }
-    }
-    let (inside, reading) = ONE_READING.get();
-    let _done = Done(reading, inside);
-    ONE_READING.set((true, None));
-    f()
-}
-
-/// The local time in a `strftime` format (Python's, as chrono reads it); a format chrono does not
-/// read is a template error.
-fn strftime_now(fmt: &str) -> std::result::Result<String, minijinja::Error> {
+/// `now` in a `strftime` format (Python's, as chrono reads it); a format chrono does not read is
+/// a template error.
+fn strftime(now: Now, fmt: &str) -> std::result::Result<String, minijinja::Error> {
     use chrono::format::{Item, StrftimeItems};
     use std::fmt::Write;
     let bad = || minijinja::Error::new(ErrorKind::InvalidOperation, format!("strftime_now: {fmt:?} is not a strftime format"));
@@ -393,15 +387,6 @@ fn strftime_now(fmt: &str) -> std::result::Result<String, minijinja::Error> {
         return Err(bad());
     }
     let mut out = String::new();
-    let now = match ONE_READING.get() {
-        (true, Some(t)) => t,
-        (true, None) => {
-            let t = clock();
-            ONE_READING.set((true, Some(t)));
-            t
-        }
-        (false, _) => clock(),
-    };
     write!(out, "{}", now.format_with_items(items.iter())).map_err(|_| bad())?;
     Ok(out)
 }
@@ -545,17 +530,14 @@ mod tests {
         assert!(t.render(&[], false).is_err());
     }
 
-    /// A reading left behind by an encoding that never returned (a panic aborts on wasm32, and
-    /// no guard runs) is not used by the next one.
+    /// `strftime_now` writes the time the render is given (an encoding gives its renders one),
+    /// also from inside a macro.
     #[test]
-    fn a_clock_reading_left_behind_is_not_the_next_encodings() {
-        let t = ChatTemplate::new("{{ strftime_now('%Y-%m-%d') }}", "", "").unwrap();
-        let stale = chrono::Local::now() - chrono::Duration::days(40);
-        ONE_READING.set((true, Some(stale)));
-        let out = with_one_clock_reading(|| t.render(&[], false)).unwrap();
-        assert_ne!(out, stale.format("%Y-%m-%d").to_string());
-        assert_eq!(ONE_READING.get(), (true, Some(stale)), "put back on the way out");
-        ONE_READING.set((false, None));
+    fn a_render_writes_the_time_it_is_given() {
+        let t = ChatTemplate::new("{{ strftime_now('%Y-%m-%d') }}|{% macro y() %}{{ strftime_now('%Y') }}{% endmacro %}{{ y() }}", "", "")
+            .unwrap();
+        let then = chrono::Local::now() - chrono::Duration::days(400);
+        assert_eq!(t.render_at(&[], None, None, false, then).unwrap(), format!("{}|{}", then.format("%Y-%m-%d"), then.format("%Y")));
     }
 
     #[test]
