@@ -150,7 +150,7 @@ export interface ChatCompletionCreateParams {
   /** More variables for the model's chat template (as vLLM's and llama.cpp's): Qwen3's
    * `{ enable_thinking: false }`, Llama-3.x's `{ date_string: '26 Jul 2024' }` (a fixed date keeps
    * the system prompt's cache across days). `messages`, `tools`, `add_generation_prompt`,
-   * `bos_token` and `eos_token` are refused. */
+   * `bos_token`, `eos_token` and `strftime_now` are refused. */
   chat_template_kwargs?: Record<string, unknown> | null;
   /** 1 only (more is refused). */
   n?: number | null;
