@@ -1,7 +1,8 @@
 // RMSNorm of each head, in place (the QK-norm of Qwen3 and Gemma-3): for the `heads` heads of
 // `hd` floats that start `off` floats into each of `t` rows (`row_stride` apart),
 //   x[h, :] ← x[h, :] / sqrt(mean(x[h, :]²) + eps) · w     (w: [hd], shared by the heads)
-// A 64-lane workgroup per head, as shaders/rmsnorm.wgsl does a row.
+// A 64-lane workgroup per head, as shaders/rmsnorm.wgsl does a row (workgroup_sum.wgsl is
+// concatenated before this).
 
 struct Params {
     t: u32,
@@ -16,9 +17,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> x: array<f32>; // [T, row_stride]
 @group(0) @binding(2) var<storage, read> w: array<f32>;       // [hd]
 
-const WG: u32 = 64u;
-var<workgroup> red: array<f32, WG>;
-
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) l: u32) {
     let r = wid.x + wid.y * nw.x;
@@ -30,15 +28,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
     for (var i = l; i < p.hd; i += WG) {
         ss += x[b + i] * x[b + i];
     }
-    red[l] = ss;
-    workgroupBarrier();
-    for (var h = WG / 2u; h > 0u; h >>= 1u) {
-        if l < h {
-            red[l] += red[l + h];
-        }
-        workgroupBarrier();
-    }
-    let s = inverseSqrt(red[0] / f32(p.hd) + p.eps);
+    let s = inverseSqrt(workgroup_sum(l, ss) / f32(p.hd) + p.eps);
     for (var i = l; i < p.hd; i += WG) {
         x[b + i] = x[b + i] * s * w[i];
     }

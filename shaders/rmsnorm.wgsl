@@ -1,5 +1,5 @@
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · w — a 64-lane workgroup per row: the lanes sum
-// strided squares and a tree in workgroup memory adds them (one invocation walking a row alone,
+// strided squares and workgroup_sum (workgroup_sum.wgsl, concatenated before this) adds them (one invocation walking a row alone,
 // as before, took ~125 µs a row on a discrete GPU: 42–65% of the GPU time of the warm request and of
 // a decode step with the norms as dispatches, docs/BENCHMARKS.md). With
 // `acc`, y[r, :] += that (Gemma-3's post-attention and post-FFN norms, added to the residual).
@@ -16,9 +16,6 @@ struct Params {
 @group(0) @binding(2) var<storage, read> w: array<f32>;          // [dim]
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;    // [rows, dim]
 
-const WG: u32 = 64u;
-var<workgroup> red: array<f32, WG>;
-
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) l: u32) {
     let r = wid.x + wid.y * nw.x;
@@ -30,15 +27,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
     for (var i = l; i < p.dim; i += WG) {
         ss += x[b + i] * x[b + i];
     }
-    red[l] = ss;
-    workgroupBarrier();
-    for (var h = WG / 2u; h > 0u; h >>= 1u) {
-        if l < h {
-            red[l] += red[l + h];
-        }
-        workgroupBarrier();
-    }
-    let s = inverseSqrt(red[0] / f32(p.dim) + p.eps);
+    let s = inverseSqrt(workgroup_sum(l, ss) / f32(p.dim) + p.eps);
     for (var i = l; i < p.dim; i += WG) {
         let v = x[b + i] * s * w[i];
         y[b + i] = select(v, y[b + i] + v, p.acc == 1u);

@@ -5,7 +5,12 @@ use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Kernel};
 
 use super::{groups_2d, need, u};
 
-static HEAD_NORM: Kernel = kernel!("head_norm", "main", [ReadWrite, Read]);
+static HEAD_NORM: Kernel = Kernel {
+    name: "head_norm",
+    source: concat!(include_str!("../../shaders/workgroup_sum.wgsl"), include_str!("../../shaders/head_norm.wgsl")),
+    entry: "main",
+    bindings: &[ReadWrite, Read],
+};
 
 /// Where the heads a [`head_norm`] normalizes lie: `heads` heads of `head_dim` starting `off`
 /// floats into each of `t` rows, `row_stride` floats apart.

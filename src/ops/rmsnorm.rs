@@ -5,7 +5,12 @@ use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Kernel};
 
 use super::{groups_2d, need, u};
 
-static RMSNORM: Kernel = kernel!("rmsnorm", "main", [Read, Read, ReadWrite]);
+static RMSNORM: Kernel = Kernel {
+    name: "rmsnorm",
+    source: concat!(include_str!("../../shaders/workgroup_sum.wgsl"), include_str!("../../shaders/rmsnorm.wgsl")),
+    entry: "main",
+    bindings: &[Read, Read, ReadWrite],
+};
 
 /// `y[r] = x[r] / rms(x[r]) · w` for `rows` rows of `dim`.
 pub fn rmsnorm(b: &mut Batch, x: &wgpu::Buffer, w: &wgpu::Buffer, y: &wgpu::Buffer, rows: usize, dim: usize, eps: f32) -> Result<()> {
