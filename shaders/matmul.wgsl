@@ -9,10 +9,10 @@
 // Three kernels: `matmul` (tiles of TT tokens × 4 rows, prefill), `matvec` (an invocation per 1–8
 // rows walking K alone: no workgroup memory and no barriers, which lavapipe runs fastest,
 // docs/BENCHMARKS.md) and `matvec_coop` (a workgroup per 8–32 rows, its lanes splitting K and
-// summing in workgroup memory: real GPUs, where one invocation per row leaves most lanes idle). The matrix-vector kernels can
-// fuse the op before them into their x-load (XLOAD): RMSNorm (x / rms(x) · nw; the 1/rms factor is
-// applied to the finished dot product, Σx² accumulated from the same loads) or SwiGLU
-// (silu(gate) · up from a fused gate|up row).
+// summing in workgroup memory: real GPUs, where one invocation per row leaves most lanes idle).
+// The matrix-vector kernels can fuse the op before them into their x-load (XLOAD): RMSNorm
+// (x / rms(x) · nw; the 1/rms factor is applied to the finished dot product, Σx² accumulated from
+// the same loads) or SwiGLU (silu(gate) · up from a fused gate|up row).
 
 // 0: x as it is; 1: RMSNorm(x) · nw; 2: silu(x[:K]) · x[K:] from rows of 2K (gate | up).
 override XLOAD: u32 = 0u;
@@ -158,12 +158,17 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         acc += dot_chunk(rb, c, &xv, xsum, header(rb, c));
     }
     red[lid] = dot(acc, vec4<f32>(1.0));
-    red_ss[lid] = ss;
+    // Σx² only where finish() reads it (the fused RMSNorm).
+    if XLOAD == 1u {
+        red_ss[lid] = ss;
+    }
     workgroupBarrier();
     for (var h = CW / RW / 2u; h > 0u; h >>= 1u) {
         if s < h {
             red[lid] += red[lid + h * RW];
-            red_ss[lid] += red_ss[lid + h * RW];
+            if XLOAD == 1u {
+                red_ss[lid] += red_ss[lid + h * RW];
+            }
         }
         workgroupBarrier();
     }
@@ -175,7 +180,8 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
 // A TT × 4 tile of y (TT tokens × 4 output rows) per invocation: each weight value is dequantized
 // once for TT tokens, each x value read once for four rows. TT is 4, or 1 where few tokens would
 // leave a GPU with too few invocations (Coop, ops/matmul.rs): 3,600 invocations instead of 1,008
-// for the warm request's 25 tokens at N = 576. Token t's sums are the same expressions in the same order either way.
+// for the warm request's 25 tokens at N = 576. Token t's sums are the same expressions in the
+// same order either way.
 override TT: u32 = 4u;
 
 @compute @workgroup_size(WG)
