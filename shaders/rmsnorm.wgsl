@@ -1,8 +1,8 @@
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · w — a 64-lane workgroup per row: the lanes sum
-// strided squares and workgroup_sum (workgroup_sum.wgsl, concatenated before this) adds them (one invocation walking a row alone,
-// as before, took ~125 µs a row on a discrete GPU: 42–65% of the GPU time of the warm request and of
-// a decode step with the norms as dispatches, docs/BENCHMARKS.md). With
-// `acc`, y[r, :] += that (Gemma-3's post-attention and post-FFN norms, added to the residual).
+// strided squares and workgroup_sum (workgroup_sum.wgsl, concatenated before this) adds them. One
+// invocation walking a row alone, as before, took ~125 µs a row on a discrete GPU: 42–65% of the
+// GPU time of the warm request and of a decode step with the norms as dispatches
+// (docs/BENCHMARKS.md). With `acc`, y[r, :] += that (Gemma-3's post-attention and post-FFN norms, added to the residual).
 
 struct Params {
     rows: u32,
