@@ -317,7 +317,7 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
         let want: Vec<f32> = want.iter().zip(&y0).map(|(a, b)| a + b).collect();
         let max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * (mag[i] + y0[i].abs()))?;
         for kind in Variant::available(gpu) {
-            alone_as_in_all(gpu, &name, kind, &x, &w, Some(&y0), t).await?;
+            tiled_alone_as_in_all(gpu, &name, kind, &x, &w, Some(&y0), t).await?;
         }
         return Ok(Report { name, max_err, ms: None, rate: None });
     } else {
@@ -328,24 +328,27 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
     let mut max_err = compare(&name, "y", &got, &want, |i| 1e-5 + 2e-5 * mag[i])?;
     // The tiled kernel of every variant, whatever T is (prefill's matmul_exact).
     for kind in Variant::available(gpu) {
-        ops_once(gpu, |b| ops::matmul_exact(b, &xb, &w, &yb, t, false, kind)).await?;
-        let got = gpu.read_f32(&yb, t * n).await?;
+        let got = tiled_alone_as_in_all(gpu, &name, kind, &x, &w, None, t).await?;
         max_err = max_err.max(compare(&name, &format!("y (tiled, {kind:?})"), &got, &want, |i| 1e-5 + 2e-5 * mag[i])?);
-        alone_as_in_all(gpu, &name, kind, &x, &w, None, t).await?;
     }
     let (work, unit) = if t == 1 { (w.bytes() as f64, "GB/s") } else { (2.0 * (t * k * n) as f64, "GFLOP/s") };
     Ok(Report::timed(name, max_err, ms, work, unit))
 }
 
-/// A token's result on the tiled kernel does not depend on the tokens beside it, bit for bit: a
-/// cached prefix and a new suffix get the K/V of the whole prompt at once, also where the tile
-/// shape changes with T (Coop below 64 tokens) and where the suffix starts inside a tile. Runs
-/// the `t` tokens of x at once, then a few of them alone, from token 0 and from a later one;
-/// with `y0`, as `y += x · Wᵀ` onto it.
-async fn alone_as_in_all(gpu: &Gpu, name: &str, kind: Variant, x: &[f32], w: &Weight, y0: Option<&[f32]>, t: usize) -> Result<()> {
-    if t < 2 {
-        return Ok(());
-    }
+/// The `t` tokens of x on `kind`'s tiled kernel (prefill's `matmul_exact`; with `y0`, as
+/// `y += x · Wᵀ` onto it), returned; and a token's result there does not depend on the tokens
+/// beside it, bit for bit: a cached prefix and a new suffix get the K/V of the whole prompt at
+/// once, also where the tile shape changes with T (Coop below 64 tokens) and where the suffix
+/// starts inside a tile. So a few of the tokens run alone too, from token 0 and from a later one.
+async fn tiled_alone_as_in_all(
+    gpu: &Gpu,
+    name: &str,
+    kind: Variant,
+    x: &[f32],
+    w: &Weight,
+    y0: Option<&[f32]>,
+    t: usize,
+) -> Result<Vec<f32>> {
     let (k, n) = (w.k, w.n);
     let acc = y0.is_some();
     let zeros = vec![0f32; if acc { 0 } else { t * n }];
@@ -353,6 +356,9 @@ async fn alone_as_in_all(gpu: &Gpu, name: &str, kind: Variant, x: &[f32], w: &We
     let (xb, yb) = (gpu.upload("x", x).await?, gpu.upload("y", y0).await?);
     ops_once(gpu, |b| ops::matmul_exact(b, &xb, w, &yb, t, acc, kind)).await?;
     let all = gpu.read_f32(&yb, t * n).await?;
+    if t < 2 {
+        return Ok(all);
+    }
     let m = (t / 2).clamp(1, 5);
     for j in [0, (t - m).min(3)] {
         let xh = gpu.upload("x alone", &x[j * k..(j + m) * k]).await?;
@@ -369,7 +375,7 @@ async fn alone_as_in_all(gpu: &Gpu, name: &str, kind: Variant, x: &[f32], w: &We
             )));
         }
     }
-    Ok(())
+    Ok(all)
 }
 
 /// The page table of a `ctx`-token sequence: a shuffled subset of a pool of `pool` pages of
