@@ -61,22 +61,25 @@ case "${1:-}" in
     if [ "${2:-}" = piece ]; then ls -la /tmp/hotprefix-models; exit 0; fi
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
+    # The models' names, the default model first.
+    names=$(sed 's/^[0-9a-f]*  //' .dev/models.sha256)
+    first=${names%%$'\n'*}
     cd /tmp/hotprefix-models
-    for f in $(sed 's/^[0-9a-f]*  //' "$OLDPWD/.dev/models.sha256"); do cat "$f".part-* >"$f"; done
+    for f in $names; do cat "$f".part-* >"$f"; done
     sha256sum -c "$OLDPWD/.dev/models.sha256"
     cd "$OLDPWD"
     [ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-    for f in $(sed 's/^[0-9a-f]*  //' .dev/models.sha256); do
+    for f in $names; do
       .dev/bin/hotprefix bench model --json --model "/tmp/hotprefix-models/$f" | tee -a "$OUT/bench-device.jsonl"
     done
     .dev/bin/hotprefix bench kernels | tee "$OUT/bench-kernels.txt"
     # The warm/cold TTFT of a question after a resident document, on the default model.
-    .dev/bin/hotprefix bench cache --runs 5 --model "/tmp/hotprefix-models/$(sed -n '1s/^[0-9a-f]*  //p' .dev/models.sha256)" | tee "$OUT/bench-cache.txt"
+    .dev/bin/hotprefix bench cache --runs 5 --model "/tmp/hotprefix-models/$first" | tee "$OUT/bench-cache.txt"
     # Where the GPU time goes (timestamp queries): the warm request, and a decode step of each model.
-    for f in $(sed 's/^[0-9a-f]*  //' .dev/models.sha256); do
-      [ "$f" = "$(sed -n '1s/^[0-9a-f]*  //p' .dev/models.sha256)" ] && .dev/bin/hotprefix bench profile --section warm --model "/tmp/hotprefix-models/$f"
-      .dev/bin/hotprefix bench profile --section decode-short --model "/tmp/hotprefix-models/$f"
-    done | tee "$OUT/bench-profile.txt"
+    {
+      .dev/bin/hotprefix bench profile --section warm --model "/tmp/hotprefix-models/$first"
+      for f in $names; do .dev/bin/hotprefix bench profile --section decode-short --model "/tmp/hotprefix-models/$f"; done
+    } | tee "$OUT/bench-profile.txt"
     ;;
   *) echo "usage: $0 prepare | run [piece|bench]" >&2; exit 2 ;;
 esac
