@@ -30,6 +30,25 @@ pub struct Caps {
     /// The subgroup size, when the device has subgroup operations (natively) and the adapter's
     /// subgroups have one fixed size: `Variant::Lanes` attention needs it.
     pub subgroup_size: Option<u32>,
+    /// The threads a CPU adapter runs workgroups on (lavapipe: one a CPU), natively; 1 on GPUs
+    /// and in browsers. The matrix-vector kernels give such an adapter a multiple of it in
+    /// workgroups (ops/matmul.rs).
+    pub cpu_threads: usize,
+}
+
+/// The worker threads of a CPU adapter: lavapipe (llvmpipe) starts one a CPU unless
+/// `LP_NUM_THREADS` says otherwise. 1 for GPUs, and in browsers (no way to tell there).
+fn cpu_threads(info: &wgpu::AdapterInfo) -> usize {
+    if info.device_type != wgpu::DeviceType::Cpu {
+        return 1;
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let env = std::env::var("LP_NUM_THREADS").ok().and_then(|v| v.trim().parse::<usize>().ok());
+        env.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
+    }
+    #[cfg(target_arch = "wasm32")]
+    1
 }
 
 /// The GPU: owns the device, queue and every cache. Create one per engine; pass it by reference.
@@ -160,6 +179,7 @@ impl Gpu {
         let caps = Caps {
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             subgroup_size: (features.contains(wgpu::Features::SUBGROUP) && fixed).then_some(info.subgroup_min_size),
+            cpu_threads: cpu_threads(&info),
         };
         Ok(Gpu {
             device,

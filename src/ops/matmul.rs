@@ -333,9 +333,16 @@ fn matvec_rows(
                 // Workgroups as narrow as whole subgroups (of 8 lanes at least) allow: an
                 // invocation past N does a whole row's work for `matvec_lanes`' broadcasts, and
                 // lavapipe runs `matvec`'s idle ones as lanes of a vector anyway. N = 576 at R = 4
-                // takes 3 × 56 invocations, not 3 × 64.
+                // is 160 invocations: 3 × 56, not 3 × 64 (4 × 40 on 2 threads, below).
                 let unit = b.gpu().caps.subgroup_size.unwrap_or(8).max(8) as usize;
-                let gx = invocations(r).div_ceil(MM_WG as usize);
+                let mut gx = invocations(r).div_ceil(MM_WG as usize);
+                // A CPU adapter gets a multiple of its threads in workgroups, where the rows fill
+                // a subgroup in each: lavapipe hands each thread whole workgroups, so 3 of them
+                // on 2 threads take as long as 4 (Gemma-3's 640-row projections, 3 × 56 → 4 × 40).
+                let threads = b.gpu().caps.cpu_threads;
+                if gx % threads != 0 && gx.next_multiple_of(threads) * unit <= invocations(r) {
+                    gx = gx.next_multiple_of(threads);
+                }
                 let wg = invocations(r).div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
                 let groups = [u(gx), u(t), 1];
                 let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", wg as f64), ("R", r as f64)];
