@@ -120,6 +120,13 @@ fn q3k_scale(bb: u32, s: u32) -> f32 {
     return f32(i32(lo | (hi << 4u)) - 32);
 }
 
+// Q3_K's scale s from the block's `header` (its 12 scale bytes in words x..z), minus 32.
+fn q3k_scale_hd(hd: vec4<u32>, s: u32) -> f32 {
+    let lo = (select(hd.x, hd.y, s % 8u >= 4u) >> (8u * (s % 4u) + 4u * (s / 8u))) & 15u;
+    let hi = (hd.z >> (8u * (s % 4u) + 2u * (s / 4u))) & 3u;
+    return f32(i32(lo | (hi << 4u)) - 32);
+}
+
 // Q4_K/Q5_K's 6-bit scale and minimum j (0..8) from the block's `header` (words 1..3: the 12
 // scale bytes): ggml's get_scale_min_k4.
 fn k4_scale_min(hd: vec4<u32>, j: u32) -> vec2<f32> {
@@ -297,7 +304,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
         }
         // Σ x·(q − 4): the −4 over each half.
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
-        return blk_d(rb, b) * (q3k_scale(bb, 2u * sb) * (s0 - 4.0 * x0) + q3k_scale(bb, 2u * sb + 1u) * (s1 - 4.0 * (xsum - x0)));
+        return bitcast<f32>(hd.w) * (q3k_scale_hd(hd, 2u * sb) * (s0 - 4.0 * x0) + q3k_scale_hd(hd, 2u * sb + 1u) * (s1 - 4.0 * (xsum - x0)));
     } else if FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K {
         let dm = unpack2x16float(hd.x);
         let sm = k4_scale_min(hd, sb);
@@ -330,7 +337,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
         }
         let sc = wd(bb, 48u + sb / 2u) >> (16u * (sb % 2u));
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
-        return blk_d(rb, b) * (i8_of(sc & 255u) * (s0 - 32.0 * x0) + i8_of((sc >> 8u) & 255u) * (s1 - 32.0 * (xsum - x0)));
+        return bitcast<f32>(hd.x) * (i8_of(sc & 255u) * (s0 - 32.0 * x0) + i8_of((sc >> 8u) & 255u) * (s1 - 32.0 * (xsum - x0)));
     }
     // FORMAT == FMT_IQ4_XS
     for (var i = 0u; i < 4u; i++) {
@@ -341,16 +348,24 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
 }
 
 // Whether the format's blocks have a `header` that `dot_chunk` takes rather than loads: Q4_K and
-// Q5_K (d, dmin, 12 scale bytes), IQ4_XS (d, the scales).
+// Q5_K (d, dmin, 12 scale bytes), IQ4_XS (d, the scales), Q3_K (12 scale bytes, d as f32), Q6_K
+// (d as f32). Not Q6_K's 16 scale bytes, nor Q2_K's scales or d and dmin: measured slower or no
+// faster so on lavapipe (4 more live words a row for one load saved a chunk; docs/BENCHMARKS.md).
 fn has_header() -> bool {
-    return FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K || FORMAT == FMT_IQ4_XS;
+    return FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K || FORMAT == FMT_IQ4_XS || FORMAT == FMT_Q3_K || FORMAT == FMT_Q6_K;
 }
 
-// Words 0..3 of the body of the block holding chunk c of the row at rb (has_header formats).
+// The header of the block holding chunk c of the row at rb (has_header formats): words 0..3 of
+// its body, but IQ4_XS's words 0..1, Q3_K's scale bytes (words 24..26) and d (as f32 bits), and
+// Q6_K's d (as f32 bits).
 fn header(rb: u32, c: u32) -> vec4<u32> {
     let bb = blk(rb, c / 8u);
     if FORMAT == FMT_IQ4_XS {
         return vec4<u32>(wd(bb, 0u), wd(bb, 1u), 0u, 0u);
+    } else if FORMAT == FMT_Q3_K {
+        return vec4<u32>(wd(bb, 24u), wd(bb, 25u), wd(bb, 26u), bitcast<u32>(blk_d(rb, c / 8u)));
+    } else if FORMAT == FMT_Q6_K {
+        return vec4<u32>(bitcast<u32>(blk_d(rb, c / 8u)), 0u, 0u, 0u);
     }
     return vec4<u32>(wd(bb, 0u), wd(bb, 1u), wd(bb, 2u), wd(bb, 3u));
 }
