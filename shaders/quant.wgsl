@@ -113,18 +113,18 @@ fn iq4(q: u32, shift: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<vec4<i32>>(word << ((vec4<u32>(3u) - (n & vec4<u32>(3u))) * 8u)) >> vec4<u32>(24u));
 }
 
-// Q3_K's 6-bit scale s (0..16) of the block at bb (12 bytes at word 24), minus 32.
-fn q3k_scale(bb: u32, s: u32) -> f32 {
-    let lo = (byte_at(bb, 24u, s % 8u) >> (4u * (s / 8u))) & 15u;
-    let hi = (byte_at(bb, 24u, 8u + s % 4u) >> (2u * (s / 4u))) & 3u;
-    return f32(i32(lo | (hi << 4u)) - 32);
-}
-
-// Q3_K's scale s from the block's `header` (its 12 scale bytes in words x..z), minus 32.
+// Q3_K's 6-bit scale s (0..16), minus 32, from the block's `header` (its 12 scale bytes in words
+// x..z): the low 4 bits in byte s % 8, the high 2 in byte 8 + s % 4.
 fn q3k_scale_hd(hd: vec4<u32>, s: u32) -> f32 {
     let lo = (select(hd.x, hd.y, s % 8u >= 4u) >> (8u * (s % 4u) + 4u * (s / 8u))) & 15u;
     let hi = (hd.z >> (8u * (s % 4u) + 2u * (s / 4u))) & 3u;
     return f32(i32(lo | (hi << 4u)) - 32);
+}
+
+// The same scale of the block at bb (12 bytes at word 24), loading only the two words it reads.
+fn q3k_scale(bb: u32, s: u32) -> f32 {
+    let lo = wd(bb, 24u + (s % 8u) / 4u);
+    return q3k_scale_hd(vec4<u32>(lo, lo, wd(bb, 26u), 0u), s);
 }
 
 // Q4_K/Q5_K's 6-bit scale and minimum j (0..8) from the block's `header` (words 1..3: the 12

@@ -339,9 +339,9 @@ fn matvec_rows(
                 // A CPU adapter gets a multiple of its threads in workgroups, where the rows fill
                 // a subgroup in each: lavapipe hands each thread whole workgroups, so 3 of them
                 // on 2 threads take as long as 4 (Gemma-3's 640-row projections, 3 × 56 → 4 × 40).
-                let threads = b.gpu().caps.cpu_threads;
-                if gx % threads != 0 && gx.next_multiple_of(threads) * unit <= invocations(r) {
-                    gx = gx.next_multiple_of(threads);
+                let even = gx.next_multiple_of(b.gpu().caps.cpu_threads);
+                if even * unit <= invocations(r) {
+                    gx = even;
                 }
                 let wg = invocations(r).div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
                 let groups = [u(gx), u(t), 1];
