@@ -23,7 +23,7 @@
 // head dim = 4 · L · QPL).
 override L: u32 = 8u;
 override QPL: u32 = 2u;
-// Sets of 4 query rows per item (1 or 2).
+// Sets of 4 query rows per item (1, 2 or 4).
 override SETS: u32 = 1u;
 
 // Four query rows (t, h) of KV head g, items f .. f + 3 in t·ratio + h % ratio order, over one
@@ -183,12 +183,20 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec
     let f0 = chunk * 4u * SETS;
     var ra = rows_init(f0, g, lane, split);
     var rb = Rows();
+    var rc = Rows();
+    var rd = Rows();
     var lo = min(min(ra.lo.x, ra.lo.y), min(ra.lo.z, ra.lo.w));
     var hi = max(max(ra.hi.x, ra.hi.y), max(ra.hi.z, ra.hi.w));
     if SETS > 1u {
         rb = rows_init(f0 + 4u, g, lane, split);
         lo = min(lo, min(min(rb.lo.x, rb.lo.y), min(rb.lo.z, rb.lo.w)));
         hi = max(hi, max(max(rb.hi.x, rb.hi.y), max(rb.hi.z, rb.hi.w)));
+    }
+    if SETS > 2u {
+        rc = rows_init(f0 + 8u, g, lane, split);
+        rd = rows_init(f0 + 12u, g, lane, split);
+        lo = min(lo, min(min(min(rc.lo.x, rc.lo.y), min(rc.lo.z, rc.lo.w)), min(min(rd.lo.x, rd.lo.y), min(rd.lo.z, rd.lo.w))));
+        hi = max(hi, max(max(max(rc.hi.x, rc.hi.y), max(rc.hi.z, rc.hi.w)), max(max(rd.hi.x, rd.hi.y), max(rd.hi.z, rd.hi.w))));
     }
     // FUSED (one token): its own position, and its K row in q (the V row follows the n_kv K heads).
     let own = pos[f0 / ratio()];
@@ -211,10 +219,18 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec
         if SETS > 1u {
             rb = rows_step(rb, kq, vq, j);
         }
+        if SETS > 2u {
+            rc = rows_step(rc, kq, vq, j);
+            rd = rows_step(rd, kq, vq, j);
+        }
         base += p.hd / 2u;
     }
     rows_store(ra, f0, g, lane, split);
     if SETS > 1u {
         rows_store(rb, f0 + 4u, g, lane, split);
+    }
+    if SETS > 2u {
+        rows_store(rc, f0 + 8u, g, lane, split);
+        rows_store(rd, f0 + 12u, g, lane, split);
     }
 }

@@ -283,10 +283,15 @@ async fn parts(gpu: &Gpu, rng: &mut Rng, name: String, formats: [Format; 2], [t,
     let yb = gpu.storage("y", 4 * (t * n) as u64).await?;
     let (want, mag) = oracle::matmul(&x, &values, t, k, n);
     let mut max_err = 0f32;
+    // NaN in `y` before each run: a variant that leaves a value unwritten must not pass on the
+    // previous run's answer.
+    let poison = vec![f32::NAN; t * n];
     for kind in Variant::available(gpu) {
+        gpu.write(&yb, 0, &poison);
         ops_once(gpu, |b| ops::matmul_exact(b, &xb, &w, &yb, t, false, kind)).await?;
         let got = gpu.read_f32(&yb, t * n).await?;
         max_err = max_err.max(compare(&name, &format!("y (tiled, {kind:?})"), &got, &want, |i| 1e-5 + 2e-5 * mag[i])?);
+        gpu.write(&yb, 0, &poison);
         ops_once(gpu, |b| ops::matvec(b, &xb, t - 1, XLoad::Plain, &w, &yb, false, kind)).await?;
         let got = gpu.read_f32(&yb, n).await?;
         let last = (t - 1) * n;
@@ -443,17 +448,22 @@ async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: 
     // window of a third of them (Gemma-3's local layers).
     let mut max_err = 0f32;
     let mut ms = None;
+    // NaN in `out` before each run: a variant that leaves a row unwritten must not pass on the
+    // previous run's answer.
+    let poison = vec![f32::NAN; t * qw];
     for window in [0, 1 + ctx / 3] {
         let want = oracle::attention(&q, &kc, &vc, &all_pos[past..], n_head, n_kv, hd, scale, window);
         for kind in Variant::available(gpu) {
             let fixed = AttnShape { t, n_head, q_stride: stride, scale, ctx, split: Split::Fixed, fused: false, kind, window };
             // Unfused attention does not read the RoPE table: any read-only buffer fills its binding.
+            gpu.write(&ob, 0, &poison);
             ops_once(gpu, |b| ops::attention(b, &qb, &fixed, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?;
             let got = gpu.read_f32(&ob, t * qw).await?;
             let what = format!("out ({kind:?}, fixed slices, window {window})");
             max_err = max_err.max(compare(&name, &what, &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
             let shape = AttnShape { split: Split::Auto, ..fixed };
             let reps = if kind == Variant::for_adapter(gpu) && window == 0 { reps } else { 0 };
+            gpu.write(&ob, 0, &poison);
             ms = ms.or(execute(gpu, reps, |b| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &qb, &ob, &part)).await?);
             let got = gpu.read_f32(&ob, t * qw).await?;
             let what = format!("out ({kind:?}, window {window})");
@@ -553,6 +563,8 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
         }
         let shape = AttnShape { t: 1, n_head, q_stride: stride, scale, ctx, split: Split::Auto, fused: true, kind, window };
         let run = |b: &mut Batch| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ropeb, &ob, &part);
+        // NaN in `out`: a variant that leaves a row unwritten must not pass on the last answer.
+        gpu.write(&ob, 0, &vec![f32::NAN; qw]);
         ops_once(gpu, run).await?;
         let got = gpu.read_f32(&ob, qw).await?;
         max_err = max_err.max(compare(&name, &format!("out ({kind:?}, window {window})"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
