@@ -136,7 +136,7 @@ pub fn attention(
     // Variant::Lanes: items of 4 query rows of a KV head (the heads of one token, or of neighbouring
     // tokens), or, where a lane holds at most 2 quads, of 8 (more than 4 rows) or 16 (more than 8):
     // each K/V word loaded serves them all. Measured on lavapipe (default model, warm request over
-    // 1,500 cached tokens): 16-row items cut this kernel from ~145 to ~115 ms against 8-row ones;
+    // 1,675 cached tokens): 16-row items cut this kernel from ~145 to ~115 ms against 8-row ones;
     // 32-row items left too many rows idle in the last item and were no faster.
     let lanes = lanes_split(b.gpu(), s.kind, kv.head_dim);
     let lane_sets = match lanes {

@@ -548,6 +548,9 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
     let part = gpu.storage("partials", ops::attention_scratch_bytes(1, n_head, hd, ctx)).await?;
     let mut max_err = 0f32;
     let mut ms = None;
+    // NaN in `out` before each run: a variant that leaves a row unwritten must not pass on the
+    // previous run's answer.
+    let poison = vec![f32::NAN; qw];
     // Over all positions and over a sliding window of a third of them (Gemma-3's local layers).
     for (kind, window) in Variant::available(gpu).into_iter().flat_map(|k| [(k, 0), (k, 1 + ctx / 3)]) {
         let want = oracle::attention(&rotated[..qw], &kc, &vc, &[past as u32], n_head, n_kv, hd, scale, window);
@@ -563,8 +566,7 @@ async fn decode_attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 6],
         }
         let shape = AttnShape { t: 1, n_head, q_stride: stride, scale, ctx, split: Split::Auto, fused: true, kind, window };
         let run = |b: &mut Batch| ops::attention(b, &qb, &shape, &pb, &tb, n_pages, &kv, &ropeb, &ob, &part);
-        // NaN in `out`: a variant that leaves a row unwritten must not pass on the last answer.
-        gpu.write(&ob, 0, &vec![f32::NAN; qw]);
+        gpu.write(&ob, 0, &poison);
         ops_once(gpu, run).await?;
         let got = gpu.read_f32(&ob, qw).await?;
         max_err = max_err.max(compare(&name, &format!("out ({kind:?}, window {window})"), &got, &want, |i| 2e-5 + 1e-4 * want[i].abs())?);
