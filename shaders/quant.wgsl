@@ -97,20 +97,29 @@ fn i8_of(b: u32) -> f32 {
     return f32(bitcast<i32>(b << 24u) >> 24u);
 }
 
-// ggml's kvalues_iq4nl, as 16 i8 packed 4 a word: value n is byte n % 4 of word n / 4.
-const IQ4_0: u32 = 0xbfad9881u; // -127 -104 -83 -65
-const IQ4_1: u32 = 0xf6eaddcfu; //  -49  -35 -22 -10
-const IQ4_2: u32 = 0x26190d01u; //    1   13  25  38
-const IQ4_3: u32 = 0x71594535u; //   53   69  89 113
+// ggml's kvalues_iq4nl plus 128 (1 ..= 241), as 16 u8 packed 4 a word: value n is byte n % 4 of
+// word n / 4.
+const IQ4_0: u32 = 0x3f2d1801u; //   1  24  45  63  (-127 -104 -83 -65)
+const IQ4_1: u32 = 0x766a5d4fu; //  79  93 106 118  ( -49  -35 -22 -10)
+const IQ4_2: u32 = 0xa6998d81u; // 129 141 153 166  (   1   13  25  38)
+const IQ4_3: u32 = 0xf1d9c5b5u; // 181 197 217 241  (  53   69  89 113)
 
-// The IQ4_NL table values of the nibbles at `shift` of the 4 bytes of q (selects, not an indexed
-// array: no per-lane memory on CPU adapters).
-fn iq4(q: u32, shift: u32) -> vec4<f32> {
-    let n = (vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift)) & vec4<u32>(15u);
-    let mid = (n & vec4<u32>(4u)) != vec4<u32>(0u);
-    let hi = (n & vec4<u32>(8u)) != vec4<u32>(0u);
+// The IQ4_NL table values plus 128 of the nibbles at `shift` (0 or 4) of the 4 bytes of q:
+// selects among the packed words, not an indexed array (per-lane memory on CPU adapters). Each
+// byte's nibble n is read in place: bits 2 and 3 as sign bits (shifted to bit 31) pick the word,
+// and 8·(n % 4) is the byte's shift; the +128 spares a sign extension (callers subtract 128·Σx
+// once a chunk, or 128 from the value).
+fn iq4u(q: u32, shift: u32) -> vec4<f32> {
+    let b = vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift);
+    let mid = bitcast<vec4<i32>>(b << vec4<u32>(29u)) < vec4<i32>(0);
+    let hi = bitcast<vec4<i32>>(b << vec4<u32>(28u)) < vec4<i32>(0);
     let word = select(select(vec4<u32>(IQ4_0), vec4<u32>(IQ4_1), mid), select(vec4<u32>(IQ4_2), vec4<u32>(IQ4_3), mid), hi);
-    return vec4<f32>(bitcast<vec4<i32>>(word << ((vec4<u32>(3u) - (n & vec4<u32>(3u))) * 8u)) >> vec4<u32>(24u));
+    return vec4<f32>(bitcast<vec4<i32>>((word >> ((b << vec4<u32>(3u)) & vec4<u32>(24u))) & vec4<u32>(255u)));
+}
+
+// The IQ4_NL table values themselves.
+fn iq4(q: u32, shift: u32) -> vec4<f32> {
+    return iq4u(q, shift) - 128.0;
 }
 
 // Q3_K's 6-bit scale s (0..16), minus 32, from the block's `header` (its 12 scale bytes in words
@@ -268,9 +277,9 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
         var s = vec4<f32>(0.0);
         for (var i = 0u; i < 4u; i++) {
             let q = wd(bb, i);
-            s += (*xv)[i] * iq4(q, 0u) + (*xv)[i + 4u] * iq4(q, 4u);
+            s += (*xv)[i] * iq4u(q, 0u) + (*xv)[i + 4u] * iq4u(q, 4u);
         }
-        return blk_d(rb, c) * s;
+        return blk_d(rb, c) * (s - 128.0 * xsum);
     } else if FORMAT == FMT_F32 || FORMAT == FMT_F16 || FORMAT == FMT_BF16 {
         return (*xv)[0] * w4(rb, c);
     }
@@ -342,9 +351,9 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
     // FORMAT == FMT_IQ4_XS
     for (var i = 0u; i < 4u; i++) {
         let q = wd(bb, 2u + 4u * sb + i);
-        s0 += (*xv)[i] * iq4(q, 0u) + (*xv)[i + 4u] * iq4(q, 4u);
+        s0 += (*xv)[i] * iq4u(q, 0u) + (*xv)[i + 4u] * iq4u(q, 4u);
     }
-    return iq4xs_scale(hd, sb) * s0;
+    return iq4xs_scale(hd, sb) * (s0 - 128.0 * xsum);
 }
 
 // Whether the format's blocks have a `header` that `dot_chunk` takes rather than loads: Q4_K and

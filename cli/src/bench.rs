@@ -12,7 +12,7 @@ use hotprefix::model::{Model, Options};
 use hotprefix::ops::Variant;
 use hotprefix::quant::Format;
 use hotprefix::rng::Rng;
-use hotprefix::selftest::{time_matmul, time_matmul_on};
+use hotprefix::selftest::{self, time_matmul, time_matmul_on};
 use hotprefix::Result;
 
 /// Best of `runs` timings of `f`, in seconds.
@@ -124,6 +124,22 @@ pub async fn kernels(formats: &str) -> Result<()> {
             let gbs = bytes as f64 / (ms * 1e6);
             let mib = bytes as f64 / (1 << 20) as f64;
             println!("{:<8} {k:>6} {n:>6} {mib:>10.1} {ms:>10.3} {gbs:>8.2} {:>11.0}%", format.name(), 100.0 * gbs / bwn);
+        }
+    }
+    // Formats picked: their time a weight byte against Q4_1's, interleaved round by round (the
+    // figure the per-byte targets are about; sequential runs drift by more than the differences).
+    if !whole {
+        let mut set = vec![Format::Q4_1];
+        set.extend(formats.iter().copied().filter(|&f| f != Format::Q4_1));
+        let rounds = 7;
+        for &(k, n) in &shapes[..2] {
+            let r = selftest::time_matvecs_interleaved(&gpu, &set, k, n, 20, rounds).await?;
+            println!("\nmatrix-vector time a weight byte ÷ Q4_1's, K = {k} (rounded up to the block) × N = {n}, {rounds} interleaved rounds: median [min, max]");
+            for (i, f) in set.iter().enumerate().skip(1) {
+                let mut ratios: Vec<f64> = r.iter().map(|round| round[i] / round[0]).collect();
+                let m = median(&mut ratios);
+                println!("{:<8} {m:>6.2} [{:.2}, {:.2}]", f.name(), ratios[0], ratios[ratios.len() - 1]);
+            }
         }
     }
     Ok(())

@@ -388,6 +388,40 @@ pub async fn time_matmul(gpu: &Gpu, format: Format, t: usize, k: usize, n: usize
     time_matmul_on(gpu, format, t, k, n, reps, None).await
 }
 
+/// Matrix-vector time per GPU weight byte of each of `formats`, at `k` (rounded up to each
+/// format's block) × `n`, measured in `rounds` interleaved rounds (every format once a round, `reps`
+/// back-to-back runs each), so that a ratio between formats compares runs from the same seconds
+/// on a noisy machine. Returns, a round, each format's nanoseconds per weight byte.
+pub async fn time_matvecs_interleaved(
+    gpu: &Gpu,
+    formats: &[Format],
+    k: usize,
+    n: usize,
+    reps: usize,
+    rounds: usize,
+) -> Result<Vec<Vec<f64>>> {
+    let mut rng = Rng(42);
+    let mut set = Vec::new();
+    for &format in formats {
+        let k = k.next_multiple_of(format.block());
+        let wq = weights(&mut rng, format, n * k, 0.5)?;
+        let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
+        let xb = gpu.upload("x", &rng.vec(k, 1.0)).await?;
+        set.push((w, xb));
+    }
+    let yb = gpu.storage("y", 4 * n as u64).await?;
+    let mut out = Vec::new();
+    for _ in 0..rounds {
+        let mut round = Vec::new();
+        for (w, xb) in &set {
+            let ms = execute(gpu, reps.max(1), |b| ops::matmul(b, xb, w, &yb, 1)).await?.unwrap_or(0.0);
+            round.push(ms * 1e6 / w.bytes() as f64);
+        }
+        out.push(round);
+    }
+    Ok(out)
+}
+
 /// As [`time_matmul`], the tiled kernel of `kind` if given (`ops::matmul_exact`: whatever T is).
 pub async fn time_matmul_on(
     gpu: &Gpu,
