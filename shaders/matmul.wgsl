@@ -107,7 +107,7 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
             xv[i] = x_at(t, c * per + i, &ss);
             xsum += xv[i];
         }
-        if has_header() && c % 8u == 0u {
+        if has_header() && c % header_period() == 0u {
             for (var j = 0u; j < R; j++) {
                 hd[j] = header(rb[j], c);
             }

@@ -41,13 +41,34 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
         xv[6] = subgroupBroadcast(own, 6u);
         xv[7] = subgroupBroadcast(own, 7u);
         let xsum = xv[0] + xv[1] + xv[2] + xv[3] + xv[4] + xv[5] + xv[6] + xv[7];
-        if has_header() && c % 8u == 0u {
+        if has_header() && c % header_period() == 0u {
             for (var j = 0u; j < R; j++) {
                 hd[j] = header(rb[j], c);
             }
         }
-        for (var j = 0u; j < R; j++) {
-            acc[j] += dot_chunk(rb[j], c, &xv, xsum, hd[j]);
+        // The R rows' products spelled out rather than looped (rb, acc, hd at constant indices):
+        // on lavapipe Q2_K, Q3_K, Q4_0 and Q4_K run 20-35% faster so, Q5_K and Q5_0 ~10%, the
+        // others the same, but the IQ4 formats ~30% slower (their table selects, for 8 rows at
+        // once, spill), so they keep the loop (docs/BENCHMARKS.md, 2026-12-06).
+        if !rows_spelled_out() {
+            for (var j = 0u; j < R; j++) {
+                acc[j] += dot_chunk(rb[j], c, &xv, xsum, hd[j]);
+            }
+            continue;
+        }
+        acc[0] += dot_chunk(rb[0], c, &xv, xsum, hd[0]);
+        if R > 1u {
+            acc[1] += dot_chunk(rb[1], c, &xv, xsum, hd[1]);
+        }
+        if R > 2u {
+            acc[2] += dot_chunk(rb[2], c, &xv, xsum, hd[2]);
+            acc[3] += dot_chunk(rb[3], c, &xv, xsum, hd[3]);
+        }
+        if R > 4u {
+            acc[4] += dot_chunk(rb[4], c, &xv, xsum, hd[4]);
+            acc[5] += dot_chunk(rb[5], c, &xv, xsum, hd[5]);
+            acc[6] += dot_chunk(rb[6], c, &xv, xsum, hd[6]);
+            acc[7] += dot_chunk(rb[7], c, &xv, xsum, hd[7]);
         }
     }
     // XLOAD 1: each lane summed the squares of its own quads; Σx² is the sum over the 8.

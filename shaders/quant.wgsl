@@ -291,7 +291,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
     var s0 = vec4<f32>(0.0);
     var s1 = vec4<f32>(0.0);
     if FORMAT == FMT_Q2_K {
-        let dm = unpack2x16float(wd(bb, 20u));
+        let dm = unpack2x16float(hd.y);
         // The sub-block's 2 words of values (quant.rs, q2_k_permute).
         let qa = wd(bb, 4u + 2u * sb);
         let qb = wd(bb, 5u + 2u * sb);
@@ -299,7 +299,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
             s0 += (*xv)[i] * field(qa, 2u * i, 3u);
             s1 += (*xv)[i + 4u] * field(qb, 2u * i, 3u);
         }
-        let sc = (wd(bb, sb / 2u) >> (16u * (sb % 2u))) & 0xffffu;
+        let sc = (hd.x >> (16u * (sb % 2u))) & 0xffffu;
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
         return dm.x * (f32(sc & 15u) * s0 + f32((sc >> 8u) & 15u) * s1) - dm.y * (f32((sc >> 4u) & 15u) * x0 + f32(sc >> 12u) * (xsum - x0));
     } else if FORMAT == FMT_Q3_K {
@@ -358,10 +358,23 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
 
 // Whether the format's blocks have a `header` that `dot_chunk` takes rather than loads: Q4_K and
 // Q5_K (d, dmin, 12 scale bytes), IQ4_XS (d, the scales), Q3_K (12 scale bytes, d as f32), Q6_K
-// (d as f32). Not Q6_K's 16 scale bytes, nor Q2_K's scales or d and dmin: measured slower or no
-// faster so on lavapipe (4 more live words a row for one load saved a chunk; docs/BENCHMARKS.md).
+// (d as f32), Q2_K (the scale word of two sub-blocks, d and dmin: a header every 2 chunks). Not
+// Q6_K's 16 scale bytes, nor Q2_K's as a block's header: 4 more live words a row, measured slower
+// on lavapipe (docs/BENCHMARKS.md).
 fn has_header() -> bool {
-    return FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K || FORMAT == FMT_IQ4_XS || FORMAT == FMT_Q3_K || FORMAT == FMT_Q6_K;
+    return FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K || FORMAT == FMT_IQ4_XS || FORMAT == FMT_Q3_K || FORMAT == FMT_Q6_K || FORMAT == FMT_Q2_K;
+}
+
+// Chunks a `header` serves: a block's 8, but Q2_K's 2 (its header is the scale word of 2
+// sub-blocks, and d and dmin).
+fn header_period() -> u32 {
+    return select(8u, 2u, FORMAT == FMT_Q2_K);
+}
+
+// Whether matvec_lanes spells out its rows' products rather than looping over them (measured
+// per format on lavapipe: matmul_lanes.wgsl).
+fn rows_spelled_out() -> bool {
+    return FORMAT != FMT_IQ4_NL && FORMAT != FMT_IQ4_XS;
 }
 
 // The header of the block holding chunk c of the row at rb (has_header formats): words 0..3 of
@@ -375,6 +388,8 @@ fn header(rb: u32, c: u32) -> vec4<u32> {
         return vec4<u32>(wd(bb, 24u), wd(bb, 25u), wd(bb, 26u), bitcast<u32>(blk_d(rb, c / 8u)));
     } else if FORMAT == FMT_Q6_K {
         return vec4<u32>(bitcast<u32>(blk_d(rb, c / 8u)), 0u, 0u, 0u);
+    } else if FORMAT == FMT_Q2_K {
+        return vec4<u32>(wd(bb, (c % 8u) / 2u), wd(bb, 20u), 0u, 0u);
     }
     return vec4<u32>(wd(bb, 0u), wd(bb, 1u), wd(bb, 2u), wd(bb, 3u));
 }
