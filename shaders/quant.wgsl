@@ -234,7 +234,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
         for (var i = 0u; i < 8u; i++) {
             s += (*xv)[i] * i8x4(wd(bb, i));
         }
-        return blk_d(rb, c) * s;
+        return pair_d(hd, c) * s;
     } else if FORMAT == FMT_Q4_1 {
         let bb = blk(rb, c);
         let dm = unpack2x16float(wd(bb, 0u));
@@ -252,7 +252,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
             let q = wd(bb, i);
             s += (*xv)[i] * nib(q, 0u) + (*xv)[i + 4u] * nib(q, 4u);
         }
-        return blk_d(rb, c) * (s - 8.0 * xsum);
+        return pair_d(hd, c) * (s - 8.0 * xsum);
     } else if FORMAT == FMT_Q5_0 {
         let bb = blk(rb, c);
         let qh = wd(bb, 0u);
@@ -261,7 +261,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
             let q = wd(bb, 1u + i);
             s += (*xv)[i] * (nib(q, 0u) + 16.0 * bits4(qh, 4u * i)) + (*xv)[i + 4u] * (nib(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i));
         }
-        return blk_d(rb, c) * (s - 16.0 * xsum);
+        return pair_d(hd, c) * (s - 16.0 * xsum);
     } else if FORMAT == FMT_Q5_1 {
         let bb = blk(rb, c);
         let dm = unpack2x16float(wd(bb, 0u));
@@ -279,7 +279,7 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
             let q = wd(bb, i);
             s += (*xv)[i] * iq4u(q, 0u) + (*xv)[i + 4u] * iq4u(q, 4u);
         }
-        return blk_d(rb, c) * (s - 128.0 * xsum);
+        return pair_d(hd, c) * (s - 128.0 * xsum);
     } else if FORMAT == FMT_F32 || FORMAT == FMT_F16 || FORMAT == FMT_BF16 {
         return (*xv)[0] * w4(rb, c);
     }
@@ -362,25 +362,34 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
 // Q6_K's 16 scale bytes, nor Q2_K's as a block's header: 4 more live words a row, measured slower
 // on lavapipe (docs/BENCHMARKS.md).
 fn has_header() -> bool {
-    return FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K || FORMAT == FMT_IQ4_XS || FORMAT == FMT_Q3_K || FORMAT == FMT_Q6_K || FORMAT == FMT_Q2_K;
+    return FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K || FORMAT == FMT_IQ4_XS || FORMAT == FMT_Q3_K || FORMAT == FMT_Q6_K || FORMAT == FMT_Q2_K || d_pair();
 }
 
-// Chunks a `header` serves: a block's 8, but Q2_K's 2 (its header is the scale word of 2
-// sub-blocks, and d and dmin).
+// The 32-value formats whose d is split out (Q8_0, Q4_0, Q5_0, IQ4_NL): their header is the word
+// holding the d of two blocks.
+fn d_pair() -> bool {
+    return SPLIT == 1u && BLOCK == 32u;
+}
+
+// Chunks a `header` serves: a block's 8, but 2 for Q2_K (its header is the scale word of 2
+// sub-blocks, and d and dmin) and the d_pair formats.
 fn header_period() -> u32 {
-    return select(8u, 2u, FORMAT == FMT_Q2_K);
+    return select(8u, 2u, FORMAT == FMT_Q2_K || d_pair());
 }
 
-// Whether matvec_lanes spells out its rows' products rather than looping over them (measured
-// per format on lavapipe: matmul_lanes.wgsl).
-fn rows_spelled_out() -> bool {
-    return FORMAT != FMT_IQ4_NL && FORMAT != FMT_IQ4_XS;
+// The d of block c from its d_pair header.
+fn pair_d(hd: vec4<u32>, c: u32) -> f32 {
+    let h = unpack2x16float(hd.x);
+    return select(h.x, h.y, (c & 1u) == 1u);
 }
 
 // The header of the block holding chunk c of the row at rb (has_header formats): words 0..3 of
 // its body, but IQ4_XS's words 0..1, Q3_K's scale bytes (words 24..26) and d (as f32 bits), and
 // Q6_K's d (as f32 bits).
 fn header(rb: u32, c: u32) -> vec4<u32> {
+    if d_pair() {
+        return vec4<u32>(w[rb + (c / 2u) * G], 0u, 0u, 0u);
+    }
     let bb = blk(rb, c / 8u);
     if FORMAT == FMT_IQ4_XS {
         return vec4<u32>(wd(bb, 0u), wd(bb, 1u), 0u, 0u);

@@ -329,7 +329,14 @@ fn matvec_rows(
                 // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
                 // (fewer x loads per weight); real GPUs want many workgroups in flight.
                 let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
-                let r = [MV_ROWS, 4, 2, 1].into_iter().find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups).unwrap_or(1);
+                // The IQ4 formats at most 4: their table lookups for 8 rows at once spill on
+                // lavapipe (IQ4_XS ~1.5x slower a byte at 8 rows than at 4, docs/BENCHMARKS.md).
+                let top = if matches!(part.format, quant::Format::IQ4_NL | quant::Format::IQ4_XS) { 4 } else { MV_ROWS };
+                let r = [MV_ROWS, 4, 2, 1]
+                    .into_iter()
+                    .filter(|&r| r <= top)
+                    .find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups)
+                    .unwrap_or(1);
                 // Workgroups as narrow as whole subgroups (of 8 lanes at least) allow: an
                 // invocation past N does a whole row's work for `matvec_lanes`' broadcasts, and
                 // lavapipe runs `matvec`'s idle ones as lanes of a vector anyway. N = 576 at R = 4
