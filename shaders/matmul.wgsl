@@ -98,7 +98,8 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
         acc[j] = vec4<f32>(0.0);
     }
     var xv: array<vec4<f32>, 8>;
-    // Each row's current block header (quant.wgsl's has_header formats): loaded once a block.
+    // Each row's current header (quant.wgsl's has_header formats): loaded once every
+    // header_period() chunks (a block's 8, or 2).
     var hd: array<vec4<u32>, 8>;
     var ss = 0.0;
     for (var c = 0u; c < chunks; c++) {
