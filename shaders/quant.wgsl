@@ -383,9 +383,10 @@ fn pair_d(hd: vec4<u32>, c: u32) -> f32 {
     return select(h.x, h.y, (c & 1u) == 1u);
 }
 
-// The header of the block holding chunk c of the row at rb (has_header formats): words 0..3 of
-// its body, but IQ4_XS's words 0..1, Q3_K's scale bytes (words 24..26) and d (as f32 bits), and
-// Q6_K's d (as f32 bits).
+// The header for chunk c of the row at rb (has_header formats): words 0..3 of its block's body,
+// but IQ4_XS's words 0..1, Q3_K's scale bytes (words 24..26) and d (as f32 bits), Q6_K's d (as
+// f32 bits), Q2_K's scale word for chunks c and c ^ 1 and its d/dmin word, and the d_pair formats'
+// d word for blocks c and c ^ 1.
 fn header(rb: u32, c: u32) -> vec4<u32> {
     if d_pair() {
         return vec4<u32>(w[rb + (c / 2u) * G], 0u, 0u, 0u);
