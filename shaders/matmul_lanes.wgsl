@@ -49,7 +49,8 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
         // The R rows' products spelled out rather than looped (rb, acc, hd at constant indices):
         // on lavapipe Q2_K, Q3_K, Q4_0 and Q4_K run 20-35% faster so, Q5_K and Q5_0 ~10%, the
         // others the same; the IQ4 formats, whose table selects for 8 rows at once spill, run
-        // so at R <= 4 (ops/matmul.rs; docs/BENCHMARKS.md, 2026-12-06).
+        // so at R <= 4 (ops/matmul.rs; docs/BENCHMARKS.md, 2026-12-06). R is 1, 2, 4 or 8
+        // (ops/matmul.rs picks it from those): the groups below assume so.
         acc[0] += dot_chunk(rb[0], c, &xv, xsum, hd[0]);
         if R > 1u {
             acc[1] += dot_chunk(rb[1], c, &xv, xsum, hd[1]);

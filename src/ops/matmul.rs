@@ -332,6 +332,7 @@ fn matvec_rows(
                 // The IQ4 formats at most 4: their table lookups for 8 rows at once spill on
                 // lavapipe (IQ4_XS ~1.5x slower a byte at 8 rows than at 4, docs/BENCHMARKS.md).
                 let top = if matches!(part.format, quant::Format::IQ4_NL | quant::Format::IQ4_XS) { 4 } else { MV_ROWS };
+                // R in {8, 4, 2, 1} only: matvec_lanes spells out its rows in those groups.
                 let r = [MV_ROWS, 4, 2, 1]
                     .into_iter()
                     .filter(|&r| r <= top)
