@@ -227,89 +227,130 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
 // a 32-value chunk for the block formats, so each header is read once; 4 values for the float
 // formats. `hd`: the chunk's block's `header` (the formats that have one: the matrix-vector
 // kernels load it once for the block's 8 chunks). The result's four lanes sum to the dot product.
+// A block format's chunk is the words `chunk_word` names, loaded here, and `dot_words`' product
+// of them: matmul_lanes.wgsl's `matvec_lanes` loads the same words of two rows at once.
 fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>, hd: vec4<u32>) -> vec4<f32> {
-    if FORMAT == FMT_Q8_0 {
-        let bb = blk(rb, c);
-        var s = vec4<f32>(0.0);
-        for (var i = 0u; i < 8u; i++) {
-            s += (*xv)[i] * i8x4(wd(bb, i));
-        }
-        return pair_d(hd, c) * s;
-    } else if FORMAT == FMT_Q4_1 {
-        let bb = blk(rb, c);
-        let dm = unpack2x16float(wd(bb, 0u));
-        var s = vec4<f32>(0.0);
-        for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, 1u + i);
-            s += (*xv)[i] * nib(q, 0u) + (*xv)[i + 4u] * nib(q, 4u);
-        }
-        // Σ x·(d·q + m) = d·Σ x·q + m·Σ x, Σ x (`xsum`) being the same for every row
-        return dm.x * s + dm.y * xsum;
-    } else if FORMAT == FMT_Q4_0 {
-        let bb = blk(rb, c);
-        var s = vec4<f32>(0.0);
-        for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, i);
-            s += (*xv)[i] * nib(q, 0u) + (*xv)[i + 4u] * nib(q, 4u);
-        }
-        return pair_d(hd, c) * (s - 8.0 * xsum);
-    } else if FORMAT == FMT_Q5_0 {
-        let bb = blk(rb, c);
-        let qh = wd(bb, 0u);
-        var s = vec4<f32>(0.0);
-        for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, 1u + i);
-            s += (*xv)[i] * (nib(q, 0u) + 16.0 * bits4(qh, 4u * i)) + (*xv)[i + 4u] * (nib(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i));
-        }
-        return pair_d(hd, c) * (s - 16.0 * xsum);
-    } else if FORMAT == FMT_Q5_1 {
-        let bb = blk(rb, c);
-        let dm = unpack2x16float(wd(bb, 0u));
-        let qh = wd(bb, 1u);
-        var s = vec4<f32>(0.0);
-        for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, 2u + i);
-            s += (*xv)[i] * (nib(q, 0u) + 16.0 * bits4(qh, 4u * i)) + (*xv)[i + 4u] * (nib(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i));
-        }
-        return dm.x * s + dm.y * xsum;
-    } else if FORMAT == FMT_IQ4_NL {
-        let bb = blk(rb, c);
-        var s = vec4<f32>(0.0);
-        for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, i);
-            s += (*xv)[i] * iq4u(q, 0u) + (*xv)[i + 4u] * iq4u(q, 4u);
-        }
-        return pair_d(hd, c) * (s - 128.0 * xsum);
-    } else if FORMAT == FMT_F32 || FORMAT == FMT_F16 || FORMAT == FMT_BF16 {
+    if FORMAT == FMT_F32 || FORMAT == FMT_F16 || FORMAT == FMT_BF16 {
         return (*xv)[0] * w4(rb, c);
     }
-    // The 256-value formats: sub-block sb of block b; s0, s1: Σ x·q over its two 16-value halves
-    // (each has its own scale in Q2_K, Q3_K and Q6_K).
-    let b = c / 8u;
+    let bb = blk(rb, chunk_block(c));
+    var q: array<u32, 8>;
+    for (var i = 0u; i < chunk_words(); i++) {
+        q[i] = wd(bb, chunk_word(c, i));
+    }
+    return dot_words(&q, c, xv, xsum, hd);
+}
+
+// The block holding chunk c: c for the 32-value formats, c / 8 for the 256-value ones (and a
+// divisor naga can check for the float formats, which have no chunks).
+fn chunk_block(c: u32) -> u32 {
+    return c / max(BLOCK / 32u, 1u);
+}
+
+// How many words of its block's body chunk c's product reads (`chunk_word`; at most 8).
+fn chunk_words() -> u32 {
+    if FORMAT == FMT_Q8_0 {
+        return 8u;
+    } else if FORMAT == FMT_Q4_1 || FORMAT == FMT_Q5_0 || FORMAT == FMT_Q5_K {
+        return 5u;
+    } else if FORMAT == FMT_Q5_1 {
+        return 6u;
+    } else if FORMAT == FMT_Q2_K {
+        return 2u;
+    } else if FORMAT == FMT_Q3_K {
+        return 3u;
+    } else if FORMAT == FMT_Q6_K {
+        return 7u;
+    }
+    // Q4_0, IQ4_NL, Q4_K, IQ4_XS
+    return 4u;
+}
+
+// Word i (< chunk_words()) of what chunk c's product reads: its offset in the block's body
+// (quant.rs's permutes put each sub-block's values in whole words).
+fn chunk_word(c: u32, i: u32) -> u32 {
     let sb = c % 8u;
-    let bb = blk(rb, b);
+    if BLOCK == 32u {
+        // Q8_0: the 8 words of bytes; Q4_0, IQ4_NL: 4 of nibbles; Q4_1: d|m, then the nibbles;
+        // Q5_0: the fifth bits, then the nibbles; Q5_1: d|m, the fifth bits, the nibbles.
+        return i;
+    } else if FORMAT == FMT_Q2_K {
+        // The sub-block's 2 words of values.
+        return 4u + 2u * sb + i;
+    } else if FORMAT == FMT_Q3_K {
+        // Its word of high bits, then 2 of low bits.
+        return select(7u + 2u * sb + i, sb, i == 0u);
+    } else if FORMAT == FMT_Q4_K {
+        // Its 4 words of nibbles (quads i and i + 4, as Q4_0).
+        return 4u + 4u * sb + i;
+    } else if FORMAT == FMT_Q5_K {
+        // Its word of fifth bits, then its 4 of nibbles.
+        return select(11u + 4u * sb + i, 4u + sb, i == 0u);
+    } else if FORMAT == FMT_Q6_K {
+        // Its 4 words of low bits, 2 of high bits, and the word of its two 8-bit scales.
+        return select(select(48u + sb / 2u, 28u + 2u * sb + i, i < 6u), 4u * sb + i, i < 4u);
+    }
+    // FORMAT == FMT_IQ4_XS: its 4 words of nibbles.
+    return 2u + 4u * sb + i;
+}
+
+// `dot_chunk`'s product from the chunk's words `q` (chunk_word's order).
+fn dot_words(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>, hd: vec4<u32>) -> vec4<f32> {
     var s0 = vec4<f32>(0.0);
     var s1 = vec4<f32>(0.0);
+    if FORMAT == FMT_Q8_0 {
+        for (var i = 0u; i < 8u; i++) {
+            s0 += (*xv)[i] * i8x4((*q)[i]);
+        }
+        return pair_d(hd, c) * s0;
+    } else if FORMAT == FMT_Q4_1 {
+        let dm = unpack2x16float((*q)[0]);
+        for (var i = 0u; i < 4u; i++) {
+            s0 += (*xv)[i] * nib((*q)[1u + i], 0u) + (*xv)[i + 4u] * nib((*q)[1u + i], 4u);
+        }
+        // Σ x·(d·q + m) = d·Σ x·q + m·Σ x, Σ x (`xsum`) being the same for every row
+        return dm.x * s0 + dm.y * xsum;
+    } else if FORMAT == FMT_Q4_0 {
+        for (var i = 0u; i < 4u; i++) {
+            s0 += (*xv)[i] * nib((*q)[i], 0u) + (*xv)[i + 4u] * nib((*q)[i], 4u);
+        }
+        return pair_d(hd, c) * (s0 - 8.0 * xsum);
+    } else if FORMAT == FMT_Q5_0 || FORMAT == FMT_Q5_1 {
+        // Q5_1's words start with d|m.
+        let o = u32(FORMAT == FMT_Q5_1);
+        let qh = (*q)[o];
+        for (var i = 0u; i < 4u; i++) {
+            let n = (*q)[o + 1u + i];
+            s0 += (*xv)[i] * (nib(n, 0u) + 16.0 * bits4(qh, 4u * i)) + (*xv)[i + 4u] * (nib(n, 4u) + 16.0 * bits4(qh, 16u + 4u * i));
+        }
+        if FORMAT == FMT_Q5_1 {
+            let dm = unpack2x16float((*q)[0]);
+            return dm.x * s0 + dm.y * xsum;
+        }
+        return pair_d(hd, c) * (s0 - 16.0 * xsum);
+    } else if FORMAT == FMT_IQ4_NL {
+        for (var i = 0u; i < 4u; i++) {
+            s0 += (*xv)[i] * iq4u((*q)[i], 0u) + (*xv)[i + 4u] * iq4u((*q)[i], 4u);
+        }
+        return pair_d(hd, c) * (s0 - 128.0 * xsum);
+    }
+    // The 256-value formats: sub-block sb; s0, s1: Σ x·q over its two 16-value halves (each has
+    // its own scale in Q2_K, Q3_K and Q6_K).
+    let sb = c % 8u;
     if FORMAT == FMT_Q2_K {
         let dm = unpack2x16float(hd.y);
-        // The sub-block's 2 words of values (quant.rs, q2_k_permute).
-        let qa = wd(bb, 4u + 2u * sb);
-        let qb = wd(bb, 5u + 2u * sb);
         for (var i = 0u; i < 4u; i++) {
-            s0 += (*xv)[i] * field(qa, 2u * i, 3u);
-            s1 += (*xv)[i + 4u] * field(qb, 2u * i, 3u);
+            s0 += (*xv)[i] * field((*q)[0], 2u * i, 3u);
+            s1 += (*xv)[i + 4u] * field((*q)[1], 2u * i, 3u);
         }
         let sc = (hd.x >> (16u * (sb % 2u))) & 0xffffu;
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
         return dm.x * (f32(sc & 15u) * s0 + f32((sc >> 8u) & 15u) * s1) - dm.y * (f32((sc >> 4u) & 15u) * x0 + f32(sc >> 12u) * (xsum - x0));
     } else if FORMAT == FMT_Q3_K {
-        // The sub-block's word of high bits and 2 words of low bits (quant.rs, q3_k_permute).
-        let hm = wd(bb, sb);
-        let qa = wd(bb, 8u + 2u * sb);
-        let qb = wd(bb, 9u + 2u * sb);
+        let hm = (*q)[0];
         for (var i = 0u; i < 4u; i++) {
-            s0 += (*xv)[i] * (field(qa, 2u * i, 3u) + 4.0 * bits4(hm, 4u * i));
-            s1 += (*xv)[i + 4u] * (field(qb, 2u * i, 3u) + 4.0 * bits4(hm, 16u + 4u * i));
+            s0 += (*xv)[i] * (field((*q)[1], 2u * i, 3u) + 4.0 * bits4(hm, 4u * i));
+            s1 += (*xv)[i + 4u] * (field((*q)[2], 2u * i, 3u) + 4.0 * bits4(hm, 16u + 4u * i));
         }
         // Σ x·(q − 4): the −4 over each half.
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
@@ -317,41 +358,32 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
     } else if FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K {
         let dm = unpack2x16float(hd.x);
         let sm = k4_scale_min(hd, sb);
-        // The sub-block's 4 words of nibbles (quads i and i + 4, as Q4_0) and Q5_K's word of
-        // fifth bits (quant.rs, q4_k_permute / q5_k_permute).
-        let qs = select(4u, 12u, FORMAT == FMT_Q5_K) + 4u * sb;
-        var qh = 0u;
-        if FORMAT == FMT_Q5_K {
-            qh = wd(bb, 4u + sb);
-        }
+        // Q5_K's words start with the fifth bits.
+        let o = u32(FORMAT == FMT_Q5_K);
         for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, qs + i);
-            var lo = nib(q, 0u);
-            var hi = nib(q, 4u);
+            let n = (*q)[o + i];
+            var lo = nib(n, 0u);
+            var hi = nib(n, 4u);
             if FORMAT == FMT_Q5_K {
-                lo += 16.0 * bits4(qh, 4u * i);
-                hi += 16.0 * bits4(qh, 16u + 4u * i);
+                lo += 16.0 * bits4((*q)[0], 4u * i);
+                hi += 16.0 * bits4((*q)[0], 16u + 4u * i);
             }
             s0 += (*xv)[i] * lo + (*xv)[i + 4u] * hi;
         }
         return dm.x * sm.x * s0 - dm.y * sm.y * xsum;
     } else if FORMAT == FMT_Q6_K {
-        // The sub-block's 4 words of low bits and 2 of high bits (quant.rs, q6_k_permute).
-        let h0 = wd(bb, 32u + 2u * sb);
-        let h1 = wd(bb, 33u + 2u * sb);
         for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, 4u * sb + i);
-            s0 += (*xv)[i] * (nib(q, 0u) + 16.0 * field(h0, 2u * i, 3u));
-            s1 += (*xv)[i + 4u] * (nib(q, 4u) + 16.0 * field(h1, 2u * i, 3u));
+            let n = (*q)[i];
+            s0 += (*xv)[i] * (nib(n, 0u) + 16.0 * field((*q)[4], 2u * i, 3u));
+            s1 += (*xv)[i + 4u] * (nib(n, 4u) + 16.0 * field((*q)[5], 2u * i, 3u));
         }
-        let sc = wd(bb, 48u + sb / 2u) >> (16u * (sb % 2u));
+        let sc = (*q)[6] >> (16u * (sb % 2u));
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
         return bitcast<f32>(hd.x) * (i8_of(sc & 255u) * (s0 - 32.0 * x0) + i8_of((sc >> 8u) & 255u) * (s1 - 32.0 * (xsum - x0)));
     }
     // FORMAT == FMT_IQ4_XS
     for (var i = 0u; i < 4u; i++) {
-        let q = wd(bb, 2u + 4u * sb + i);
-        s0 += (*xv)[i] * iq4u(q, 0u) + (*xv)[i + 4u] * iq4u(q, 4u);
+        s0 += (*xv)[i] * iq4u((*q)[i], 0u) + (*xv)[i + 4u] * iq4u((*q)[i], 4u);
     }
     return iq4xs_scale(hd, sb) * (s0 - 128.0 * xsum);
 }
