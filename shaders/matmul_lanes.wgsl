@@ -1,34 +1,44 @@
-// Matrix-vector product for CPU adapters with subgroups of at least 8 lanes (ops::Variant::Lanes)
-// and a tiled matmul (`matmul_lanes`), for every block format: FMT_Q8_0 and FMT_Q4_1 (the `lanes`
-// column of FORMATS) with products of their own, the others dequantized by quant.wgsl's `chunk8`. Appended to quant.wgsl and matmul.wgsl (ops/matmul.rs
-// concatenates them), whose layout, bindings, x_at, dot_chunk, finish, store, FORMAT, XLOAD, ACC,
-// WG, G and R it uses: a module of its own, because subgroup operations need
-// the device's SUBGROUP feature (no `enable subgroups;`: naga, wgpu 30, rejects it, so the kernel
-// is used natively only).
+// Matrix-vector product for CPU adapters with subgroups of at least 8 lanes and 64-bit integers
+// (ops::Variant::Lanes), and a tiled matmul (`matmul_lanes`), for every block format: FMT_Q8_0
+// and FMT_Q4_1 (the `lanes` column of FORMATS) with products of their own, the others
+// dequantized by quant.wgsl's `chunk8`. Appended to quant.wgsl and matmul.wgsl (ops/matmul.rs
+// concatenates them), whose layout, bindings, x_at, dot_words, finish, store, FORMAT, XLOAD, ACC,
+// WG, G and R it uses: a module of its own, because subgroup operations and u64 need the
+// device's SUBGROUP and SHADER_INT64 features (no `enable subgroups;`: naga, wgpu 30, rejects
+// it, and WebGPU has no u64, so the kernels are used natively only).
 //
-// As `matvec`, each invocation computes R rows of token t. But `matvec` has every lane load all 32
-// x values of a block for its rows, and lavapipe 25.0 turns each of those loads into a loop over
-// the 8 lanes of its vector: the same address, loaded 8 times. Here lane l of each 8 loads (and
-// normalises, or gates) quad l % 8 of the block once, and subgroupBroadcast hands the 8 quads to
-// every lane: the x loads a block drop from 32 a lane to 4.
+// As `matvec`, each invocation computes rows of token t, but two neighbouring ones at a time (2R
+// rows: n0 + j·G and n0 + j·G + 1, j < R), and with two kinds of sharing that lavapipe 25.0 needs:
+// it loads a storage value with a loop over the 8 lanes of its vector, ~11 instructions a lane
+// whatever the width, so the kernel makes fewer and wider loads.
+// - x: `matvec` has every lane load all 32 x values of a block for its rows; here lane l of each
+//   8 loads (and normalises, or gates) quad l % 8 of the block once, and subgroupBroadcast hands
+//   the 8 quads to every lane: the x loads a block drop from 32 a lane to 4.
+// - W: a word of two neighbouring rows is a u64 (the layout interleaves rows: word j of rows 2m
+//   and 2m + 1 side by side), so one 64-bit load serves both rows' products: half the loads of
+//   one row at a time, 1.3–1.8× faster on lavapipe (docs/BENCHMARKS.md). Hence SHADER_INT64.
+@group(0) @binding(5) var<storage, read> w64: array<u64>; // the same buffer as `w`
 
 @compute @workgroup_size(WG)
 fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let t = wid.y;
-    let n0 = (gid.x / G) * R * G + gid.x % G;
-    // No early return: every lane takes part in the broadcasts. Rows past N repeat the last one
-    // and are not stored.
+    // G / 2 invocations a row group: invocation i takes rows 2·(i % 16) and the one after.
+    let n0 = (gid.x / (G / 2u)) * R * G + 2u * (gid.x % (G / 2u));
+    // No early return: every lane takes part in the broadcasts. Pairs past N repeat the last one
+    // (its second row may be the layout's padding) and are not stored.
     let chunks = p.k / 32u;
+    let last = (p.n - 1u) & ~1u;
     // As matvec's row set-up and store (inline there too: as shared helpers lavapipe ran both
-    // kernels ~1.4× slower).
-    var rb: array<u32, 8>;
+    // kernels ~1.4× slower). rb[j]: word 0 of the pair's first row (even, as the u64s need).
+    var rb: array<u32, 4>;
     var acc: array<vec4<f32>, 8>;
     for (var j = 0u; j < R; j++) {
-        rb[j] = row_base(min(n0 + j * G, p.n - 1u));
-        acc[j] = vec4<f32>(0.0);
+        rb[j] = row_base(min(n0 + j * G, last));
+        acc[2u * j] = vec4<f32>(0.0);
+        acc[2u * j + 1u] = vec4<f32>(0.0);
     }
     var xv: array<vec4<f32>, 8>;
-    var hd: array<vec4<u32>, 8>; // as matvec's
+    var hd: array<vec4<u32>, 8>; // as matvec's, for rows 2j and 2j + 1
     var ss = 0.0;
     for (var c = 0u; c < chunks; c++) {
         let own = x_at(t, c * 8u + sl % 8u, &ss);
@@ -43,39 +53,55 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
         let xsum = xv[0] + xv[1] + xv[2] + xv[3] + xv[4] + xv[5] + xv[6] + xv[7];
         if has_header() && c % header_period() == 0u {
             for (var j = 0u; j < R; j++) {
-                hd[j] = header(rb[j], c);
+                hd[2u * j] = header(rb[j], c);
+                hd[2u * j + 1u] = header(rb[j] + 1u, c);
             }
         }
-        // The R rows' products spelled out rather than looped (rb, acc, hd at constant indices):
-        // on lavapipe Q2_K, Q3_K, Q4_0 and Q4_K run 20-35% faster so, Q5_K and Q5_0 ~10%, the
-        // others the same; the IQ4 formats, whose table selects for 8 rows at once spill, run
-        // so at R <= 4 (ops/matmul.rs; docs/BENCHMARKS.md, 2026-12-06). R is 1, 2, 4 or 8
-        // (ops/matmul.rs picks it from those): the groups below assume so.
-        acc[0] += dot_chunk(rb[0], c, &xv, xsum, hd[0]);
+        // The pairs' products spelled out rather than looped (rb, acc, hd at constant indices):
+        // on lavapipe Q2_K, Q3_K, Q4_0 and Q4_K ran 20-35% faster so (docs/BENCHMARKS.md,
+        // 2026-12-06). R is 1, 2 or 4 (ops/matmul.rs picks it from those): the groups below
+        // assume so.
+        var d = dot_pair(rb[0], c, &xv, xsum, hd[0], hd[1]);
+        acc[0] += d[0];
+        acc[1] += d[1];
         if R > 1u {
-            acc[1] += dot_chunk(rb[1], c, &xv, xsum, hd[1]);
+            d = dot_pair(rb[1], c, &xv, xsum, hd[2], hd[3]);
+            acc[2] += d[0];
+            acc[3] += d[1];
         }
         if R > 2u {
-            acc[2] += dot_chunk(rb[2], c, &xv, xsum, hd[2]);
-            acc[3] += dot_chunk(rb[3], c, &xv, xsum, hd[3]);
-        }
-        if R > 4u {
-            acc[4] += dot_chunk(rb[4], c, &xv, xsum, hd[4]);
-            acc[5] += dot_chunk(rb[5], c, &xv, xsum, hd[5]);
-            acc[6] += dot_chunk(rb[6], c, &xv, xsum, hd[6]);
-            acc[7] += dot_chunk(rb[7], c, &xv, xsum, hd[7]);
+            d = dot_pair(rb[2], c, &xv, xsum, hd[4], hd[5]);
+            acc[4] += d[0];
+            acc[5] += d[1];
+            d = dot_pair(rb[3], c, &xv, xsum, hd[6], hd[7]);
+            acc[6] += d[0];
+            acc[7] += d[1];
         }
     }
     // XLOAD 1: each lane summed the squares of its own quads; Σx² is the sum over the 8.
     ss += subgroupShuffleXor(ss, 4u);
     ss += subgroupShuffleXor(ss, 2u);
     ss += subgroupShuffleXor(ss, 1u);
-    for (var j = 0u; j < R; j++) {
-        let n = n0 + j * G;
+    for (var j = 0u; j < 2u * R; j++) {
+        let n = n0 + (j / 2u) * G + j % 2u;
         if n < p.n {
             store(t, n, finish(dot(acc[j], vec4<f32>(1.0)), ss));
         }
     }
+}
+
+// quant.wgsl's dot_chunk for the rows at rb and rb + 1 (rb even) at once: each word both read is
+// one u64 (the first row's word in its low half). ha, hb: their headers.
+fn dot_pair(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>, ha: vec4<u32>, hb: vec4<u32>) -> mat2x4<f32> {
+    let bb = blk(rb, chunk_block(c));
+    var qa: array<u32, 8>;
+    var qb: array<u32, 8>;
+    for (var i = 0u; i < chunk_words(); i++) {
+        let v = w64[(bb + chunk_word(c, i) * G) / 2u];
+        qa[i] = u32(v);
+        qb[i] = u32(v >> 32u);
+    }
+    return mat2x4<f32>(dot_words(&qa, c, xv, xsum, ha), dot_words(&qb, c, xv, xsum, hb));
 }
 
 // Token t's x quad from lane 2t (`lo`) or 2t + 1 (`hi`) of the 8, as the columns of a matrix.

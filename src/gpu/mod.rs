@@ -30,6 +30,9 @@ pub struct Caps {
     /// The subgroup size, when the device has subgroup operations (natively) and the adapter's
     /// subgroups have one fixed size: `Variant::Lanes` attention needs it.
     pub subgroup_size: Option<u32>,
+    /// 64-bit integers in shaders (SHADER_INT64, natively): `Variant::Lanes`' matrix kernels load
+    /// two rows' words as one u64 (shaders/matmul_lanes.wgsl).
+    pub int64: bool,
     /// The threads a CPU adapter runs workgroups on (lavapipe: one a CPU), natively; 1 on GPUs
     /// and in browsers. The matrix-vector kernels give such an adapter a multiple of it in
     /// workgroups (ops/matmul.rs).
@@ -123,9 +126,10 @@ impl Gpu {
     pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Gpu> {
         let info = adapter.get_info();
         let offered = adapter.features();
-        // Subgroup operations only natively: browsers need `enable subgroups;`, which naga rejects.
+        // Subgroup operations only natively: browsers need `enable subgroups;`, which naga rejects;
+        // 64-bit integers only natively (WebGPU has none).
         #[cfg(not(target_arch = "wasm32"))]
-        let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP;
+        let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP | wgpu::Features::SHADER_INT64;
         #[cfg(target_arch = "wasm32")]
         let wanted = wgpu::Features::TIMESTAMP_QUERY;
         let features = offered & wanted;
@@ -179,6 +183,7 @@ impl Gpu {
         let caps = Caps {
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             subgroup_size: (features.contains(wgpu::Features::SUBGROUP) && fixed).then_some(info.subgroup_min_size),
+            int64: features.contains(wgpu::Features::SHADER_INT64),
             cpu_threads: cpu_threads(&info),
         };
         Ok(Gpu {
@@ -207,7 +212,7 @@ impl Gpu {
         // Browsers hide the adapter's name; say what it is instead of printing nothing.
         let name = if self.info.name.is_empty() { "WebGPU adapter" } else { self.info.name.as_str() };
         format!(
-            "{} ({:?} {:?}, driver {} {}; timestamps={}; subgroups={}; max binding {} MiB)",
+            "{} ({:?} {:?}, driver {} {}; timestamps={}; subgroups={}; int64={}; max binding {} MiB)",
             name,
             self.info.device_type,
             self.info.backend,
@@ -215,6 +220,7 @@ impl Gpu {
             self.info.driver_info,
             self.caps.timestamps,
             self.caps.subgroup_size.map_or("no".to_string(), |n| n.to_string()),
+            self.caps.int64,
             self.limits.max_storage_buffer_binding_size >> 20
         )
     }

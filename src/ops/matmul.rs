@@ -25,7 +25,8 @@ static MATVEC_LANES: Kernel = Kernel {
         include_str!("../../shaders/matmul_lanes.wgsl")
     ),
     entry: "matvec_lanes",
-    bindings: &[Read, Read, ReadWrite, Read],
+    // Binding 5: the weights again, as u64 (matmul_lanes.wgsl).
+    bindings: &[Read, Read, ReadWrite, Read, Read],
 };
 static MATMUL_LANES: Kernel = Kernel { entry: "matmul_lanes", bindings: &[Read, Read, ReadWrite], ..MATVEC_LANES };
 
@@ -324,18 +325,25 @@ fn matvec_rows(
         let consts = [fc[0], fc[1], fc[2], fc[3], ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
         match kind {
             Variant::Rows | Variant::Lanes => {
+                // `matvec_lanes` takes rows two at a time (`pairs`): R counts pairs there, and a
+                // row group is G / 2 invocations.
+                let lanes = lanes_matvec(b.gpu(), kind, part.format);
+                let pairs = 1 + lanes as usize;
+                let per_group = quant::ROW_GROUP / pairs;
                 // As many rows per invocation as leave enough workgroups to keep every core busy.
-                let invocations = |r: usize| part.n.div_ceil(r * quant::ROW_GROUP) * quant::ROW_GROUP;
+                let invocations = |r: usize| part.n.div_ceil(r * quant::ROW_GROUP) * per_group;
                 // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
                 // (fewer x loads per weight); real GPUs want many workgroups in flight.
                 let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
-                // The IQ4 formats at most 4: their table lookups for 8 rows at once spill on
+                // The IQ4 formats at most 4 rows: their table lookups for 8 rows at once spill on
                 // lavapipe (IQ4_XS ~1.5x slower a byte at 8 rows than at 4, docs/BENCHMARKS.md).
                 let top = if matches!(part.format, quant::Format::IQ4_NL | quant::Format::IQ4_XS) { 4 } else { MV_ROWS };
-                // R in {8, 4, 2, 1} only: matvec_lanes spells out its rows in those groups.
+                // R in {8, 4, 2, 1} rows (matvec_lanes: {4, 2, 1} pairs) only: the kernels spell
+                // out their rows in those groups.
                 let r = [MV_ROWS, 4, 2, 1]
                     .into_iter()
-                    .filter(|&r| r <= top)
+                    .filter(|&r| r <= top && r >= pairs)
+                    .map(|r| r / pairs)
                     .find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups)
                     .unwrap_or(1);
                 // Workgroups as narrow as whole subgroups (of 8 lanes at least) allow: an
@@ -354,8 +362,11 @@ fn matvec_rows(
                 let wg = invocations(r).div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
                 let groups = [u(gx), u(t), 1];
                 let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", wg as f64), ("R", r as f64)];
-                let kernel = if lanes_matvec(b.gpu(), kind, part.format) { &MATVEC_LANES } else { &MATVEC };
-                b.dispatch(kernel, &consts, &params, &[x, &part.buf, y, aux], groups)?;
+                if lanes {
+                    b.dispatch(&MATVEC_LANES, &consts, &params, &[x, &part.buf, y, aux, &part.buf], groups)?;
+                } else {
+                    b.dispatch(&MATVEC, &consts, &params, &[x, &part.buf, y, aux], groups)?;
+                }
             }
             Variant::Coop => {
                 // Rows a workgroup: 32 (a row group) where that leaves enough workgroups, else
@@ -386,15 +397,15 @@ pub(super) fn format_consts(f: Format) -> [(&'static str, f64); 4] {
 
 /// Whether `kind` runs `matmul_lanes.wgsl`'s tiled `matmul_lanes` on weights of `format`: every
 /// block format (32-value chunks), where 8 lanes share a chunk's x by subgroup broadcast
-/// (subgroups of at least 8 lanes).
+/// (subgroups of at least 8 lanes; the module declares u64s, for `matvec_lanes`).
 fn lanes_tiled(gpu: &Gpu, kind: Variant, format: Format) -> bool {
-    kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8)
+    kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8) && gpu.caps.int64
 }
 
 /// Whether `kind` runs `matvec_lanes` on weights of `format`: every block format (its chunks are
-/// 32 values, broadcast by 8 lanes).
+/// 32 values, broadcast by 8 lanes; its rows are loaded in pairs, as u64).
 fn lanes_matvec(gpu: &Gpu, kind: Variant, format: Format) -> bool {
-    kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8)
+    kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8) && gpu.caps.int64
 }
 
 #[cfg(test)]
