@@ -1,7 +1,7 @@
 // Matrix-vector product for CPU adapters with subgroups of at least 8 lanes and 64-bit integers
 // (ops::Variant::Lanes), and a tiled matmul (`matmul_lanes`), for every block format: FMT_Q8_0
 // and FMT_Q4_1 (the `lanes` column of FORMATS) with products of their own, the others
-// dequantized by quant.wgsl's `chunk8`. Appended to quant.wgsl and matmul.wgsl (ops/matmul.rs
+// decoded by quant.wgsl's `chunk_values`. Appended to quant.wgsl and matmul.wgsl (ops/matmul.rs
 // concatenates them), whose layout, bindings, x_at, dot_words, finish, store, FORMAT, XLOAD, ACC,
 // WG, G and R it uses: a module of its own, because subgroup operations and u64 need the
 // device's SUBGROUP and SHADER_INT64 features (no `enable subgroups;`: naga, wgpu 30, rejects
@@ -113,82 +113,104 @@ fn tokens_hi(v: vec4<f32>) -> mat4x4<f32> {
     return mat4x4<f32>(subgroupBroadcast(v, 1u), subgroupBroadcast(v, 3u), subgroupBroadcast(v, 5u), subgroupBroadcast(v, 7u));
 }
 
-// Word `i` of the current block bodies of four rows (at b), 4 values each, as the columns of a
-// matrix: Q4_1 nibbles at `shift`, or Q8_0 bytes.
-fn rows4(b: vec4<u32>, i: u32, shift: u32) -> mat4x4<f32> {
-    let o = i * G;
+// Column i of four rows' chunk words (`chunk_word` order; a and b: rows n0 and n0 + 1, c and d:
+// n0 + 2 and n0 + 3), 4 values each, as the columns of a matrix: Q4_1 nibbles at `shift`, or Q8_0
+// bytes.
+fn rows4(qa: ptr<function, array<u32, 8>>, qb: ptr<function, array<u32, 8>>, qc: ptr<function, array<u32, 8>>, qd: ptr<function, array<u32, 8>>, i: u32, shift: u32) -> mat4x4<f32> {
     if FORMAT == FMT_Q8_0 {
-        return mat4x4<f32>(i8x4(w[b.x + o]), i8x4(w[b.y + o]), i8x4(w[b.z + o]), i8x4(w[b.w + o]));
+        return mat4x4<f32>(i8x4((*qa)[i]), i8x4((*qb)[i]), i8x4((*qc)[i]), i8x4((*qd)[i]));
     }
-    return mat4x4<f32>(nib(w[b.x + o], shift), nib(w[b.y + o], shift), nib(w[b.z + o], shift), nib(w[b.w + o], shift));
+    return mat4x4<f32>(nib((*qa)[i], shift), nib((*qb)[i], shift), nib((*qc)[i], shift), nib((*qd)[i], shift));
+}
+
+// Chunk c's words of the rows at rb and rb + 1 (rb even), one u64 a word (`dot_pair`'s loads).
+fn words_pair(rb: u32, c: u32, qa: ptr<function, array<u32, 8>>, qb: ptr<function, array<u32, 8>>) {
+    let bb = blk(rb, chunk_block(c));
+    for (var i = 0u; i < chunk_words(); i++) {
+        let v = w64[(bb + chunk_word(c, i) * G) / 2u];
+        (*qa)[i] = u32(v);
+        (*qb)[i] = u32(v >> 32u);
+    }
 }
 
 // The prefill matmul for Variant::Lanes (block formats): a 4 × 4 tile of y (4 tokens × 4 rows) per
-// invocation, as `matmul`, but a block (32 values) at a time: each row's block header is read
-// once, not once per 4 values, and the 32 x quads of the tile's 4 tokens are loaded 4 per lane
-// (lane l of each 8: token l / 2, quads (l % 2)·4 .. +3) and broadcast, not 32 per lane. Every
-// lane of a workgroup shares the tile's tokens (workgroups are WG × 1).
+// invocation, as `matmul`, but a 32-value chunk at a time: each row's header is read once a block
+// (every header_period() chunks), each word of two neighbouring rows is one u64 load (as
+// `matvec_lanes`), and the 32 x quads of the tile's 4 tokens are loaded 4 per lane (lane l of each
+// 8: token l / 2, quads (l % 2)·4 .. +3) and broadcast, not 32 per lane. Every lane of a workgroup
+// shares the tile's tokens (workgroups are WG × 1).
 @compute @workgroup_size(WG)
 fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let n0 = gid.x * 4u;
     let t0 = gid.y * 4u;
-    // No early return (the broadcasts need every lane): rows and tokens past the end repeat the
-    // last one, and their results are not stored.
-    let rn = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
-    let r = vec4<u32>(row_base(rn.x), row_base(rn.y), row_base(rn.z), row_base(rn.w));
+    // No early return (the broadcasts need every lane): tokens past the end repeat the last one,
+    // row pairs past the end the last pair (whose second row may be the layout's padding), and
+    // their results are not stored.
+    let last = (p.n - 1u) & ~1u;
+    let ra = row_base(min(n0, last));
+    let rc = row_base(min(n0 + 2u, last));
     let k4n = p.k / 4u;
     let l = sl % 8u;
     let xb = min(t0 + l / 2u, p.t - 1u) * k4n + (l % 2u) * 4u;
     // acc[c][t]: row c, token t.
     var acc = mat4x4<f32>();
+    var hd: array<vec4<u32>, 4>;
+    var qa: array<u32, 8>;
+    var qb: array<u32, 8>;
+    var qc: array<u32, 8>;
+    var qd: array<u32, 8>;
     for (var c = 0u; c < p.k / 32u; c++) {
         let x0 = x[xb + c * 8u];
         let x1 = x[xb + c * 8u + 1u];
         let x2 = x[xb + c * 8u + 2u];
         let x3 = x[xb + c * 8u + 3u];
+        if has_header() && c % header_period() == 0u {
+            hd[0] = header(ra, c);
+            hd[1] = header(ra + 1u, c);
+            hd[2] = header(rc, c);
+            hd[3] = header(rc + 1u, c);
+        }
+        words_pair(ra, c, &qa, &qb);
+        words_pair(rc, c, &qc, &qd);
         if FORMAT != FMT_Q8_0 && FORMAT != FMT_Q4_1 {
-            // The other block formats: each row's chunk dequantized by quant.wgsl's chunk8
-            // (header read once), then the same products.
+            // The other block formats: each row's chunk decoded by quant.wgsl's chunk_values,
+            // then the same products.
             var w0: array<vec4<f32>, 8>;
             var w1: array<vec4<f32>, 8>;
             var w2: array<vec4<f32>, 8>;
             var w3: array<vec4<f32>, 8>;
-            chunk8(r.x, c, &w0);
-            chunk8(r.y, c, &w1);
-            chunk8(r.z, c, &w2);
-            chunk8(r.w, c, &w3);
+            chunk_values(&qa, c, hd[0], &w0);
+            chunk_values(&qb, c, hd[1], &w1);
+            chunk_values(&qc, c, hd[2], &w2);
+            chunk_values(&qd, c, hd[3], &w3);
             acc += transpose(tokens_lo(x0)) * mat4x4<f32>(w0[0], w1[0], w2[0], w3[0]) + transpose(tokens_lo(x1)) * mat4x4<f32>(w0[1], w1[1], w2[1], w3[1])
                  + transpose(tokens_lo(x2)) * mat4x4<f32>(w0[2], w1[2], w2[2], w3[2]) + transpose(tokens_lo(x3)) * mat4x4<f32>(w0[3], w1[3], w2[3], w3[3])
                  + transpose(tokens_hi(x0)) * mat4x4<f32>(w0[4], w1[4], w2[4], w3[4]) + transpose(tokens_hi(x1)) * mat4x4<f32>(w0[5], w1[5], w2[5], w3[5])
                  + transpose(tokens_hi(x2)) * mat4x4<f32>(w0[6], w1[6], w2[6], w3[6]) + transpose(tokens_hi(x3)) * mat4x4<f32>(w0[7], w1[7], w2[7], w3[7]);
             continue;
         }
-        // Each row's block body, and its scale d (split out for Q8_0, word 0 of Q4_1's body).
-        let b = vec4<u32>(blk(r.x, c), blk(r.y, c), blk(r.z, c), blk(r.w, c));
-        var h: vec4<f32>;
-        if FORMAT == FMT_Q8_0 {
-            h = vec4<f32>(blk_d(r.x, c), blk_d(r.y, c), blk_d(r.z, c), blk_d(r.w, c));
-        } else {
-            h = vec4<f32>(unpack2x16float(w[b.x]).x, unpack2x16float(w[b.y]).x, unpack2x16float(w[b.z]).x, unpack2x16float(w[b.w]).x);
-        }
-        // s[c][t]: Σ x·q over the block for row c, token t (transpose: rows of quads · quads).
+        // s[c][t]: Σ x·q over the chunk for row c, token t (transpose: rows of quads · quads).
         var s: mat4x4<f32>;
         if FORMAT == FMT_Q8_0 {
-            s = transpose(tokens_lo(x0)) * rows4(b, 0u, 0u) + transpose(tokens_lo(x1)) * rows4(b, 1u, 0u)
-              + transpose(tokens_lo(x2)) * rows4(b, 2u, 0u) + transpose(tokens_lo(x3)) * rows4(b, 3u, 0u)
-              + transpose(tokens_hi(x0)) * rows4(b, 4u, 0u) + transpose(tokens_hi(x1)) * rows4(b, 5u, 0u)
-              + transpose(tokens_hi(x2)) * rows4(b, 6u, 0u) + transpose(tokens_hi(x3)) * rows4(b, 7u, 0u);
+            s = transpose(tokens_lo(x0)) * rows4(&qa, &qb, &qc, &qd, 0u, 0u) + transpose(tokens_lo(x1)) * rows4(&qa, &qb, &qc, &qd, 1u, 0u)
+              + transpose(tokens_lo(x2)) * rows4(&qa, &qb, &qc, &qd, 2u, 0u) + transpose(tokens_lo(x3)) * rows4(&qa, &qb, &qc, &qd, 3u, 0u)
+              + transpose(tokens_hi(x0)) * rows4(&qa, &qb, &qc, &qd, 4u, 0u) + transpose(tokens_hi(x1)) * rows4(&qa, &qb, &qc, &qd, 5u, 0u)
+              + transpose(tokens_hi(x2)) * rows4(&qa, &qb, &qc, &qd, 6u, 0u) + transpose(tokens_hi(x3)) * rows4(&qa, &qb, &qc, &qd, 7u, 0u);
+            let h = vec4<f32>(pair_d(hd[0], c), pair_d(hd[1], c), pair_d(hd[2], c), pair_d(hd[3], c));
             acc += mat4x4<f32>(s[0] * h.x, s[1] * h.y, s[2] * h.z, s[3] * h.w);
-        } else { // FMT_Q4_1
-            s = transpose(tokens_lo(x0)) * rows4(b, 1u, 0u) + transpose(tokens_hi(x0)) * rows4(b, 1u, 4u)
-              + transpose(tokens_lo(x1)) * rows4(b, 2u, 0u) + transpose(tokens_hi(x1)) * rows4(b, 2u, 4u)
-              + transpose(tokens_lo(x2)) * rows4(b, 3u, 0u) + transpose(tokens_hi(x2)) * rows4(b, 3u, 4u)
-              + transpose(tokens_lo(x3)) * rows4(b, 4u, 0u) + transpose(tokens_hi(x3)) * rows4(b, 4u, 4u);
+        } else { // FMT_Q4_1: word 0 is d|m
+            s = transpose(tokens_lo(x0)) * rows4(&qa, &qb, &qc, &qd, 1u, 0u) + transpose(tokens_hi(x0)) * rows4(&qa, &qb, &qc, &qd, 1u, 4u)
+              + transpose(tokens_lo(x1)) * rows4(&qa, &qb, &qc, &qd, 2u, 0u) + transpose(tokens_hi(x1)) * rows4(&qa, &qb, &qc, &qd, 2u, 4u)
+              + transpose(tokens_lo(x2)) * rows4(&qa, &qb, &qc, &qd, 3u, 0u) + transpose(tokens_hi(x2)) * rows4(&qa, &qb, &qc, &qd, 3u, 4u)
+              + transpose(tokens_lo(x3)) * rows4(&qa, &qb, &qc, &qd, 4u, 0u) + transpose(tokens_hi(x3)) * rows4(&qa, &qb, &qc, &qd, 4u, 4u);
+            let d0 = unpack2x16float(qa[0]);
+            let d1 = unpack2x16float(qb[0]);
+            let d2 = unpack2x16float(qc[0]);
+            let d3 = unpack2x16float(qd[0]);
             // Σ x·(d·q + m) = d·Σ x·q + m·Σ x.
-            let m = vec4<f32>(unpack2x16float(w[b.x]).y, unpack2x16float(w[b.y]).y, unpack2x16float(w[b.z]).y, unpack2x16float(w[b.w]).y);
             let ps = (x0 + x1) + (x2 + x3);
             let xs = transpose(tokens_lo(ps) + tokens_hi(ps)) * vec4<f32>(1.0);
-            acc += mat4x4<f32>(s[0] * h.x + xs * m.x, s[1] * h.y + xs * m.y, s[2] * h.z + xs * m.z, s[3] * h.w + xs * m.w);
+            acc += mat4x4<f32>(s[0] * d0.x + xs * d0.y, s[1] * d1.x + xs * d1.y, s[2] * d2.x + xs * d2.y, s[3] * d3.x + xs * d3.y);
         }
     }
     for (var ri = 0u; ri < 4u; ri++) {

@@ -438,130 +438,131 @@ fn header(rb: u32, c: u32) -> vec4<u32> {
 
 // The 32 values of chunk c of the row at rb (a 32-value block, or sub-block c % 8 of a 256-value
 // block) as 8 quads, each header read once: the tiled matmuls (a quad at a time through `w4`
-// re-reads the header for each of them). Block formats only.
+// re-reads the header for each of them). Block formats only. The chunk's words and header, loaded
+// here, and `chunk_values`' decoding of them: matmul_lanes.wgsl loads the words of two rows at once.
 fn chunk8(rb: u32, c: u32, o: ptr<function, array<vec4<f32>, 8>>) {
+    let bb = blk(rb, chunk_block(c));
+    var q: array<u32, 8>;
+    for (var i = 0u; i < chunk_words(); i++) {
+        q[i] = wd(bb, chunk_word(c, i));
+    }
+    var hd = vec4<u32>(0u);
+    if has_header() {
+        hd = header(rb, c);
+    }
+    chunk_values(&q, c, hd, o);
+}
+
+// Chunk c's 32 values (8 quads) from its words `q` (chunk_word's order) and its block's `header`
+// `hd`: `dot_words`' decoding without the x values.
+fn chunk_values(q: ptr<function, array<u32, 8>>, c: u32, hd: vec4<u32>, o: ptr<function, array<vec4<f32>, 8>>) {
     if FORMAT == FMT_Q8_0 {
-        let bb = blk(rb, c);
-        let d = blk_d(rb, c);
+        let d = pair_d(hd, c);
         for (var i = 0u; i < 8u; i++) {
-            (*o)[i] = d * i8x4(wd(bb, i));
+            (*o)[i] = d * i8x4((*q)[i]);
         }
         return;
     } else if FORMAT == FMT_Q4_1 {
-        let bb = blk(rb, c);
-        let dm = unpack2x16float(wd(bb, 0u));
+        let dm = unpack2x16float((*q)[0]);
         for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, 1u + i);
-            (*o)[i] = dm.x * nib(q, 0u) + dm.y;
-            (*o)[i + 4u] = dm.x * nib(q, 4u) + dm.y;
+            let n = (*q)[1u + i];
+            (*o)[i] = dm.x * nib(n, 0u) + dm.y;
+            (*o)[i + 4u] = dm.x * nib(n, 4u) + dm.y;
         }
         return;
     } else if FORMAT == FMT_Q4_0 {
-        let bb = blk(rb, c);
-        let d = blk_d(rb, c);
+        let d = pair_d(hd, c);
         for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, i);
-            (*o)[i] = d * (nib(q, 0u) - 8.0);
-            (*o)[i + 4u] = d * (nib(q, 4u) - 8.0);
+            let n = (*q)[i];
+            (*o)[i] = d * (nib(n, 0u) - 8.0);
+            (*o)[i + 4u] = d * (nib(n, 4u) - 8.0);
         }
         return;
     } else if FORMAT == FMT_Q5_0 || FORMAT == FMT_Q5_1 {
-        let bb = blk(rb, c);
-        // Q5_0: d split out, x = d·(q − 16); Q5_1: d and m in word 0, x = d·q + m (as w4).
-        var dm = vec2<f32>(blk_d(rb, c), 0.0);
+        // Q5_0: d from the header, x = d·(q − 16); Q5_1: d and m in word 0, x = d·q + m (as w4).
+        var dm = vec2<f32>(0.0);
         var sub = 16.0;
         var off = 0u;
         if FORMAT == FMT_Q5_1 {
-            dm = unpack2x16float(wd(bb, 0u));
+            dm = unpack2x16float((*q)[0]);
             sub = 0.0;
             off = 1u;
+        } else {
+            dm.x = pair_d(hd, c);
         }
-        let qh = wd(bb, off);
+        let qh = (*q)[off];
         for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, off + 1u + i);
-            (*o)[i] = dm.x * (nib(q, 0u) + 16.0 * bits4(qh, 4u * i) - sub) + dm.y;
-            (*o)[i + 4u] = dm.x * (nib(q, 4u) + 16.0 * bits4(qh, 16u + 4u * i) - sub) + dm.y;
+            let n = (*q)[off + 1u + i];
+            (*o)[i] = dm.x * (nib(n, 0u) + 16.0 * bits4(qh, 4u * i) - sub) + dm.y;
+            (*o)[i + 4u] = dm.x * (nib(n, 4u) + 16.0 * bits4(qh, 16u + 4u * i) - sub) + dm.y;
         }
         return;
     } else if FORMAT == FMT_IQ4_NL {
-        let bb = blk(rb, c);
-        let d = blk_d(rb, c);
+        let d = pair_d(hd, c);
         for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, i);
-            (*o)[i] = d * iq4(q, 0u);
-            (*o)[i + 4u] = d * iq4(q, 4u);
+            let n = (*q)[i];
+            (*o)[i] = d * iq4(n, 0u);
+            (*o)[i + 4u] = d * iq4(n, 4u);
         }
         return;
     }
-    // The 256-value formats: sub-block sb of block b.
-    let b = c / 8u;
+    // The 256-value formats: sub-block sb.
     let sb = c % 8u;
-    let bb = blk(rb, b);
     if FORMAT == FMT_Q2_K {
-        let dm = unpack2x16float(wd(bb, 20u));
-        let sc = (wd(bb, sb / 2u) >> (16u * (sb % 2u))) & 0xffffu;
+        let dm = unpack2x16float(hd.y);
+        let sc = (hd.x >> (16u * (sb % 2u))) & 0xffffu;
         let d0 = dm.x * f32(sc & 15u);
         let m0 = dm.y * f32((sc >> 4u) & 15u);
         let d1 = dm.x * f32((sc >> 8u) & 15u);
         let m1 = dm.y * f32(sc >> 12u);
-        let qa = wd(bb, 4u + 2u * sb);
-        let qb = wd(bb, 5u + 2u * sb);
         for (var i = 0u; i < 4u; i++) {
-            (*o)[i] = d0 * field(qa, 2u * i, 3u) - m0;
-            (*o)[i + 4u] = d1 * field(qb, 2u * i, 3u) - m1;
+            (*o)[i] = d0 * field((*q)[0], 2u * i, 3u) - m0;
+            (*o)[i + 4u] = d1 * field((*q)[1], 2u * i, 3u) - m1;
         }
     } else if FORMAT == FMT_Q3_K {
-        let d = blk_d(rb, b);
-        let d0 = d * q3k_scale(bb, 2u * sb);
-        let d1 = d * q3k_scale(bb, 2u * sb + 1u);
-        let hm = wd(bb, sb);
-        let qa = wd(bb, 8u + 2u * sb);
-        let qb = wd(bb, 9u + 2u * sb);
+        let d = bitcast<f32>(hd.w);
+        let d0 = d * q3k_scale_hd(hd, 2u * sb);
+        let d1 = d * q3k_scale_hd(hd, 2u * sb + 1u);
+        let hm = (*q)[0];
         for (var i = 0u; i < 4u; i++) {
-            (*o)[i] = d0 * (field(qa, 2u * i, 3u) + 4.0 * bits4(hm, 4u * i) - 4.0);
-            (*o)[i + 4u] = d1 * (field(qb, 2u * i, 3u) + 4.0 * bits4(hm, 16u + 4u * i) - 4.0);
+            (*o)[i] = d0 * (field((*q)[1], 2u * i, 3u) + 4.0 * bits4(hm, 4u * i) - 4.0);
+            (*o)[i + 4u] = d1 * (field((*q)[2], 2u * i, 3u) + 4.0 * bits4(hm, 16u + 4u * i) - 4.0);
         }
     } else if FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K {
-        let hd = header(rb, c);
         let dm = unpack2x16float(hd.x);
         let sm = k4_scale_min(hd, sb);
         let d = dm.x * sm.x;
         let m = dm.y * sm.y;
-        let qs = select(4u, 12u, FORMAT == FMT_Q5_K) + 4u * sb;
-        var qh = 0u;
-        if FORMAT == FMT_Q5_K {
-            qh = wd(bb, 4u + sb);
-        }
+        // Q5_K's words start with the fifth bits.
+        let o5 = u32(FORMAT == FMT_Q5_K);
         for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, qs + i);
-            var lo = nib(q, 0u);
-            var hi = nib(q, 4u);
+            let n = (*q)[o5 + i];
+            var lo = nib(n, 0u);
+            var hi = nib(n, 4u);
             if FORMAT == FMT_Q5_K {
-                lo += 16.0 * bits4(qh, 4u * i);
-                hi += 16.0 * bits4(qh, 16u + 4u * i);
+                lo += 16.0 * bits4((*q)[0], 4u * i);
+                hi += 16.0 * bits4((*q)[0], 16u + 4u * i);
             }
             (*o)[i] = d * lo - m;
             (*o)[i + 4u] = d * hi - m;
         }
     } else if FORMAT == FMT_Q6_K {
-        let d = blk_d(rb, b);
-        let sc = wd(bb, 48u + sb / 2u) >> (16u * (sb % 2u));
+        let d = bitcast<f32>(hd.x);
+        let sc = (*q)[6] >> (16u * (sb % 2u));
         let d0 = d * i8_of(sc & 255u);
         let d1 = d * i8_of((sc >> 8u) & 255u);
-        let h0 = wd(bb, 32u + 2u * sb);
-        let h1 = wd(bb, 33u + 2u * sb);
         for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, 4u * sb + i);
-            (*o)[i] = d0 * (nib(q, 0u) + 16.0 * field(h0, 2u * i, 3u) - 32.0);
-            (*o)[i + 4u] = d1 * (nib(q, 4u) + 16.0 * field(h1, 2u * i, 3u) - 32.0);
+            let n = (*q)[i];
+            (*o)[i] = d0 * (nib(n, 0u) + 16.0 * field((*q)[4], 2u * i, 3u) - 32.0);
+            (*o)[i + 4u] = d1 * (nib(n, 4u) + 16.0 * field((*q)[5], 2u * i, 3u) - 32.0);
         }
     } else {
         // FORMAT == FMT_IQ4_XS
-        let d = iq4xs_scale(header(rb, c), sb);
+        let d = iq4xs_scale(hd, sb);
         for (var i = 0u; i < 4u; i++) {
-            let q = wd(bb, 2u + 4u * sb + i);
-            (*o)[i] = d * iq4(q, 0u);
-            (*o)[i + 4u] = d * iq4(q, 4u);
+            let n = (*q)[i];
+            (*o)[i] = d * iq4(n, 0u);
+            (*o)[i + 4u] = d * iq4(n, 4u);
         }
     }
 }

@@ -28,7 +28,8 @@ static MATVEC_LANES: Kernel = Kernel {
     // Binding 5: the weights again, as u64 (matmul_lanes.wgsl).
     bindings: &[Read, Read, ReadWrite, Read, Read],
 };
-static MATMUL_LANES: Kernel = Kernel { entry: "matmul_lanes", bindings: &[Read, Read, ReadWrite], ..MATVEC_LANES };
+/// Binding 4 (the RMSNorm weight of the matrix-vector kernels' XLOAD) is unused: the dispatch binds x there.
+static MATMUL_LANES: Kernel = Kernel { entry: "matmul_lanes", ..MATVEC_LANES };
 
 /// Workgroup size of the matmul kernels along N; for the CPU adapters' matrix-vector and
 /// `matmul_lanes` dispatches the widest: they take whole subgroups of the rows there are, as few as
@@ -236,7 +237,7 @@ fn matmul_into(
             let gx = invocations.div_ceil(MM_WG as usize);
             let wg = invocations.div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
             let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", wg as f64), ("ACC", acc as u32 as f64)];
-            b.dispatch(&MATMUL_LANES, &consts, &params, &[x, &part.buf, y], [u(gx), u(t.div_ceil(4)), 1])?;
+            b.dispatch(&MATMUL_LANES, &consts, &params, &[x, &part.buf, y, x, &part.buf], [u(gx), u(t.div_ceil(4)), 1])?;
         } else {
             let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
             let groups = [u(invocations).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
@@ -397,7 +398,7 @@ pub(super) fn format_consts(f: Format) -> [(&'static str, f64); 4] {
 
 /// Whether `kind` runs `matmul_lanes.wgsl`'s tiled `matmul_lanes` on weights of `format`: every
 /// block format (32-value chunks), where 8 lanes share a chunk's x by subgroup broadcast
-/// (subgroups of at least 8 lanes; the module declares u64s, for `matvec_lanes`).
+/// (subgroups of at least 8 lanes), and neighbouring rows' words are loaded in pairs, as u64.
 fn lanes_tiled(gpu: &Gpu, kind: Variant, format: Format) -> bool {
     kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8) && gpu.caps.int64
 }
