@@ -53,8 +53,9 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
         let xsum = xv[0] + xv[1] + xv[2] + xv[3] + xv[4] + xv[5] + xv[6] + xv[7];
         if has_header() && c % header_period() == 0u {
             for (var j = 0u; j < R; j++) {
-                hd[2u * j] = header(rb[j], c);
-                hd[2u * j + 1u] = header(rb[j] + 1u, c);
+                let h = header_pair(rb[j], c);
+                hd[2u * j] = h[0];
+                hd[2u * j + 1u] = h[1];
             }
         }
         // The pairs' products spelled out rather than looped (rb, acc, hd at constant indices):
@@ -102,6 +103,20 @@ fn dot_pair(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<
         qb[i] = u32(v >> 32u);
     }
     return mat2x4<f32>(dot_words(&qa, c, xv, xsum, ha), dot_words(&qb, c, xv, xsum, hb));
+}
+
+// quant.wgsl's `header` for the rows at rb and rb + 1 (rb even): each word both read is one u64.
+// Returned, not written through pointers into the caller's `hd`: naga 30's SPIR-V writer panics
+// on that ("Expression [..] is not cached").
+fn header_pair(rb: u32, c: u32) -> array<vec4<u32>, 2> {
+    var a: array<u32, 4>;
+    var b: array<u32, 4>;
+    for (var i = 0u; i < header_words(); i++) {
+        let v = w64[header_word(rb, c, i) / 2u];
+        a[i] = u32(v);
+        b[i] = u32(v >> 32u);
+    }
+    return array<vec4<u32>, 2>(header_of(&a, c), header_of(&b, c));
 }
 
 // Token t's x quad from lane 2t (`lo`) or 2t + 1 (`hi`) of the 8, as the columns of a matrix.
@@ -165,10 +180,12 @@ fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup
         let x2 = x[xb + c * 8u + 2u];
         let x3 = x[xb + c * 8u + 3u];
         if has_header() && c % header_period() == 0u {
-            hd[0] = header(ra, c);
-            hd[1] = header(ra + 1u, c);
-            hd[2] = header(rc, c);
-            hd[3] = header(rc + 1u, c);
+            let h0 = header_pair(ra, c);
+            let h1 = header_pair(rc, c);
+            hd[0] = h0[0];
+            hd[1] = h0[1];
+            hd[2] = h1[0];
+            hd[3] = h1[1];
         }
         words_pair(ra, c, &qa, &qb);
         words_pair(rc, c, &qc, &qd);

@@ -55,8 +55,7 @@ fn blk(rb: u32, b: u32) -> u32 {
 
 // Block b's split-out scale d.
 fn blk_d(rb: u32, b: u32) -> f32 {
-    let h = unpack2x16float(w[rb + (b / 2u) * G]);
-    return select(h.x, h.y, (b & 1u) == 1u);
+    return half_of(w[rb + (b / 2u) * G], b);
 }
 
 // Word i of the block body at bb.
@@ -418,22 +417,71 @@ fn pair_d(hd: vec4<u32>, c: u32) -> f32 {
 // The header for chunk c of the row at rb (has_header formats): words 0..3 of its block's body,
 // but IQ4_XS's words 0..1, Q3_K's scale bytes (words 24..26) and d (as f32 bits), Q6_K's d (as
 // f32 bits), Q2_K's scale word for chunks c and c ^ 1 and its d/dmin word, and the d_pair formats'
-// d word for blocks c and c ^ 1.
+// d word for blocks c and c ^ 1. The words `header_word` names, loaded here, and `header_of` them:
+// matmul_lanes.wgsl loads the same words of two rows at once.
 fn header(rb: u32, c: u32) -> vec4<u32> {
+    var h: array<u32, 4>;
+    let n = header_words();
+    if n > 0u {
+        h[0] = w[header_word(rb, c, 0u)];
+    }
+    if n > 1u {
+        h[1] = w[header_word(rb, c, 1u)];
+    }
+    if n > 2u {
+        h[2] = w[header_word(rb, c, 2u)];
+        h[3] = w[header_word(rb, c, 3u)];
+    }
+    return header_of(&h, c);
+}
+
+// How many words a header is made of (at most 4; none for the formats without one).
+fn header_words() -> u32 {
+    if !has_header() {
+        return 0u;
+    } else if d_pair() || FORMAT == FMT_Q6_K {
+        return 1u;
+    } else if FORMAT == FMT_IQ4_XS || FORMAT == FMT_Q2_K {
+        return 2u;
+    }
+    return 4u; // Q3_K, Q4_K, Q5_K
+}
+
+// Where in `w` word i (< header_words()) of chunk c's header for the row at rb lies: an offset
+// from rb by a multiple of G (so the same word of the row after rb is the next one).
+fn header_word(rb: u32, c: u32, i: u32) -> u32 {
     if d_pair() {
-        return vec4<u32>(w[rb + (c / 2u) * G], 0u, 0u, 0u);
+        return rb + (c / 2u) * G;
     }
-    let bb = blk(rb, c / 8u);
-    if FORMAT == FMT_IQ4_XS {
-        return vec4<u32>(wd(bb, 0u), wd(bb, 1u), 0u, 0u);
+    let b = c / 8u;
+    let bb = blk(rb, b);
+    if FORMAT == FMT_Q6_K || (FORMAT == FMT_Q3_K && i == 3u) {
+        // The word of the split-out d (blk_d's).
+        return rb + (b / 2u) * G;
     } else if FORMAT == FMT_Q3_K {
-        return vec4<u32>(wd(bb, 24u), wd(bb, 25u), wd(bb, 26u), bitcast<u32>(blk_d(rb, c / 8u)));
-    } else if FORMAT == FMT_Q6_K {
-        return vec4<u32>(bitcast<u32>(blk_d(rb, c / 8u)), 0u, 0u, 0u);
+        return bb + (24u + i) * G;
     } else if FORMAT == FMT_Q2_K {
-        return vec4<u32>(wd(bb, (c % 8u) / 2u), wd(bb, 20u), 0u, 0u);
+        return bb + select(20u, (c % 8u) / 2u, i == 0u) * G;
     }
-    return vec4<u32>(wd(bb, 0u), wd(bb, 1u), wd(bb, 2u), wd(bb, 3u));
+    return bb + i * G; // IQ4_XS, Q4_K, Q5_K
+}
+
+// The header from its words `h` (header_word's order): Q3_K's and Q6_K's d picked from its word
+// (as blk_d) and held as f32 bits; the others as they are.
+fn header_of(h: ptr<function, array<u32, 4>>, c: u32) -> vec4<u32> {
+    let b = c / 8u;
+    if FORMAT == FMT_Q3_K {
+        return vec4<u32>((*h)[0], (*h)[1], (*h)[2], bitcast<u32>(half_of((*h)[3], b)));
+    } else if FORMAT == FMT_Q6_K {
+        return vec4<u32>(bitcast<u32>(half_of((*h)[0], b)), 0u, 0u, 0u);
+    }
+    return vec4<u32>((*h)[0], (*h)[1], (*h)[2], (*h)[3]);
+}
+
+// Block b's f16 from the word holding blocks b and b ^ 1's.
+fn half_of(word: u32, b: u32) -> f32 {
+    let h = unpack2x16float(word);
+    return select(h.x, h.y, (b & 1u) == 1u);
 }
 
 // The 32 values of chunk c of the row at rb (a 32-value block, or sub-block c % 8 of a 256-value
