@@ -15,8 +15,9 @@
 //   8 loads (and normalises, or gates) quad l % 8 of the block once, and subgroupBroadcast hands
 //   the 8 quads to every lane: the x loads a block drop from 32 a lane to 4.
 // - W: a word of two neighbouring rows is a u64 (the layout interleaves rows: word j of rows 2m
-//   and 2m + 1 side by side), so one 64-bit load serves both rows' products: half the loads of
-//   one row at a time, 1.3–1.8× faster on lavapipe (docs/BENCHMARKS.md). Hence SHADER_INT64.
+//   and 2m + 1 side by side), so one 64-bit load serves both rows' products (`dot_pair`, and
+//   their headers: `header_pair`): half the loads of one row at a time, 1.2–3.1× faster on
+//   lavapipe (docs/BENCHMARKS.md, 2026-12-06 18:20–23:10). Hence SHADER_INT64.
 @group(0) @binding(5) var<storage, read> w64: array<u64>; // the same buffer as `w`
 
 @compute @workgroup_size(WG)
