@@ -95,14 +95,9 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
 // quant.wgsl's dot_chunk for the rows at rb and rb + 1 (rb even) at once: each word both read is
 // one u64 (the first row's word in its low half). ha, hb: their headers.
 fn dot_pair(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>, ha: vec4<u32>, hb: vec4<u32>) -> mat2x4<f32> {
-    let bb = blk(rb, chunk_block(c));
     var qa: array<u32, 8>;
     var qb: array<u32, 8>;
-    for (var i = 0u; i < chunk_words(); i++) {
-        let v = w64[(bb + chunk_word(c, i) * G) / 2u];
-        qa[i] = u32(v);
-        qb[i] = u32(v >> 32u);
-    }
+    words_pair(rb, c, &qa, &qb);
     return mat2x4<f32>(dot_words(&qa, c, xv, xsum, ha), dot_words(&qb, c, xv, xsum, hb));
 }
 
@@ -139,7 +134,8 @@ fn rows4(qa: ptr<function, array<u32, 8>>, qb: ptr<function, array<u32, 8>>, qc:
     return mat4x4<f32>(nib((*qa)[i], shift), nib((*qb)[i], shift), nib((*qc)[i], shift), nib((*qd)[i], shift));
 }
 
-// Chunk c's words of the rows at rb and rb + 1 (rb even), one u64 a word (`dot_pair`'s loads).
+// Chunk c's words of the rows at rb and rb + 1 (rb even), one u64 a word: quant.wgsl's
+// chunk_words_of for two rows.
 fn words_pair(rb: u32, c: u32, qa: ptr<function, array<u32, 8>>, qb: ptr<function, array<u32, 8>>) {
     let bb = blk(rb, chunk_block(c));
     for (var i = 0u; i < chunk_words(); i++) {

@@ -232,12 +232,17 @@ fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4
     if FORMAT == FMT_F32 || FORMAT == FMT_F16 || FORMAT == FMT_BF16 {
         return (*xv)[0] * w4(rb, c);
     }
-    let bb = blk(rb, chunk_block(c));
     var q: array<u32, 8>;
-    for (var i = 0u; i < chunk_words(); i++) {
-        q[i] = wd(bb, chunk_word(c, i));
-    }
+    chunk_words_of(rb, c, &q);
     return dot_words(&q, c, xv, xsum, hd);
+}
+
+// Chunk c's words of the row at rb into q (chunk_word's order).
+fn chunk_words_of(rb: u32, c: u32, q: ptr<function, array<u32, 8>>) {
+    let bb = blk(rb, chunk_block(c));
+    for (var i = 0u; i < chunk_words(); i++) {
+        (*q)[i] = wd(bb, chunk_word(c, i));
+    }
 }
 
 // The block holding chunk c: c for the 32-value formats, c / 8 for the 256-value ones (and a
@@ -414,23 +419,15 @@ fn pair_d(hd: vec4<u32>, c: u32) -> f32 {
     return select(h.x, h.y, (c & 1u) == 1u);
 }
 
-// The header for chunk c of the row at rb (has_header formats): words 0..3 of its block's body,
+// The header for chunk c of the row at rb (zeros for the formats without one): words 0..3 of its block's body,
 // but IQ4_XS's words 0..1, Q3_K's scale bytes (words 24..26) and d (as f32 bits), Q6_K's d (as
 // f32 bits), Q2_K's scale word for chunks c and c ^ 1 and its d/dmin word, and the d_pair formats'
 // d word for blocks c and c ^ 1. The words `header_word` names, loaded here, and `header_of` them:
 // matmul_lanes.wgsl loads the same words of two rows at once.
 fn header(rb: u32, c: u32) -> vec4<u32> {
     var h: array<u32, 4>;
-    let n = header_words();
-    if n > 0u {
-        h[0] = w[header_word(rb, c, 0u)];
-    }
-    if n > 1u {
-        h[1] = w[header_word(rb, c, 1u)];
-    }
-    if n > 2u {
-        h[2] = w[header_word(rb, c, 2u)];
-        h[3] = w[header_word(rb, c, 3u)];
+    for (var i = 0u; i < header_words(); i++) {
+        h[i] = w[header_word(rb, c, i)];
     }
     return header_of(&h, c);
 }
@@ -489,16 +486,9 @@ fn half_of(word: u32, b: u32) -> f32 {
 // re-reads the header for each of them). Block formats only. The chunk's words and header, loaded
 // here, and `chunk_values`' decoding of them: matmul_lanes.wgsl loads the words of two rows at once.
 fn chunk8(rb: u32, c: u32, o: ptr<function, array<vec4<f32>, 8>>) {
-    let bb = blk(rb, chunk_block(c));
     var q: array<u32, 8>;
-    for (var i = 0u; i < chunk_words(); i++) {
-        q[i] = wd(bb, chunk_word(c, i));
-    }
-    var hd = vec4<u32>(0u);
-    if has_header() {
-        hd = header(rb, c);
-    }
-    chunk_values(&q, c, hd, o);
+    chunk_words_of(rb, c, &q);
+    chunk_values(&q, c, header(rb, c), o);
 }
 
 // Chunk c's 32 values (8 quads) from its words `q` (chunk_word's order) and its block's `header`

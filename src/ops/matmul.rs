@@ -229,7 +229,7 @@ fn matmul_into(
         let consts = format_consts(part.format);
         let params = [u(t), u(w.k), u(part.n), u(part.format.gpu_row_words(w.k)), 0, 0, u(w.n), u(part.row0)];
         let invocations = part.n.div_ceil(4);
-        if lanes_tiled(b.gpu(), kind, part.format) {
+        if runs_lanes(b.gpu(), kind, part.format) {
             // Rows past N repeat the last row at full cost (no early return: the broadcasts need
             // every lane), so the workgroups are as narrow as whole subgroups allow: N = 576 takes
             // 3 × 48 invocations, not 3 × 64 (a quarter of them idle).
@@ -328,7 +328,7 @@ fn matvec_rows(
             Variant::Rows | Variant::Lanes => {
                 // `matvec_lanes` takes rows two at a time (`pairs`): R counts pairs there, and a
                 // row group is G / 2 invocations.
-                let lanes = lanes_matvec(b.gpu(), kind, part.format);
+                let lanes = runs_lanes(b.gpu(), kind, part.format);
                 let pairs = 1 + lanes as usize;
                 let per_group = quant::ROW_GROUP / pairs;
                 // As many rows per invocation as leave enough workgroups to keep every core busy.
@@ -396,16 +396,11 @@ pub(super) fn format_consts(f: Format) -> [(&'static str, f64); 4] {
     ]
 }
 
-/// Whether `kind` runs `matmul_lanes.wgsl`'s tiled `matmul_lanes` on weights of `format`: every
-/// block format (32-value chunks), where 8 lanes share a chunk's x by subgroup broadcast
-/// (subgroups of at least 8 lanes), and neighbouring rows' words are loaded in pairs, as u64.
-fn lanes_tiled(gpu: &Gpu, kind: Variant, format: Format) -> bool {
-    kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8) && gpu.caps.int64
-}
-
-/// Whether `kind` runs `matvec_lanes` on weights of `format`: every block format (its chunks are
-/// 32 values, broadcast by 8 lanes; its rows are loaded in pairs, as u64).
-fn lanes_matvec(gpu: &Gpu, kind: Variant, format: Format) -> bool {
+/// Whether `kind` runs `matmul_lanes.wgsl`'s kernels (the tiled `matmul_lanes` and `matvec_lanes`)
+/// on weights of `format`: every block format (32-value chunks, whose x 8 lanes share by subgroup
+/// broadcast: subgroups of at least 8 lanes), with neighbouring rows' words loaded in pairs, as
+/// u64 (SHADER_INT64).
+fn runs_lanes(gpu: &Gpu, kind: Variant, format: Format) -> bool {
     kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8) && gpu.caps.int64
 }
 
