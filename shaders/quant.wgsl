@@ -79,9 +79,34 @@ fn nib(q: u32, shift: u32) -> vec4<f32> {
     return field(q, shift, 15u);
 }
 
-// Bits s .. s+3 of q (Q5_0/Q5_1's high bits of 4 consecutive values).
-fn bits4(q: u32, s: u32) -> vec4<f32> {
-    return vec4<f32>(bitcast<vec4<i32>>((vec4<u32>(q) >> (vec4<u32>(s) + vec4<u32>(0u, 1u, 2u, 3u))) & vec4<u32>(1u)));
+// The 4 bytes of w as values (each < 128: converted from i32, as `field`).
+fn bytes4(w: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u)));
+}
+
+// Bits s .. s+3 of q moved to bit 0 of each of a word's 4 bytes (bit s + j to bit 8j): one
+// multiply, as the four shifted copies it adds do not overlap.
+fn spread4(q: u32, s: u32) -> u32 {
+    return (((q >> s) & 15u) * 0x204081u) & 0x01010101u;
+}
+
+// A value that is two bit-fields (a low part and high bits stored apart) is put together as an
+// integer, 4 values a word, and converted once (`bytes4`): on lavapipe a conversion and a
+// multiply-add a field cost more than the integer operations that combine them. Each takes
+// quad `quad` (0..8) of a 32-value chunk: values 4·quad .. 4·quad + 3.
+// Q5_0, Q5_1, Q5_K: the nibbles of word n (quads 0..3 low, 4..7 high) and fifth bit 4·quad + j of qh.
+fn q5_bytes(n: u32, qh: u32, quad: u32) -> u32 {
+    return ((n >> (4u * (quad / 4u))) & 0x0f0f0f0fu) | (spread4(qh, 4u * quad) << 4u);
+}
+
+// Q3_K: 2 low bits at 2·(quad % 4) of each byte of ql, and the third, bit 4·quad + j of hm.
+fn q3_bytes(ql: u32, hm: u32, quad: u32) -> u32 {
+    return ((ql >> (2u * (quad % 4u))) & 0x03030303u) | (spread4(hm, 4u * quad) << 2u);
+}
+
+// Q6_K: the nibbles of word n (as q5_bytes) and 2 high bits at 2·(quad % 4) of each byte of qh.
+fn q6_bytes(n: u32, qh: u32, quad: u32) -> u32 {
+    return ((n >> (4u * (quad / 4u))) & 0x0f0f0f0fu) | (((qh >> (2u * (quad % 4u))) & 0x03030303u) << 4u);
 }
 
 fn i8x4(q: u32) -> vec4<f32> {
@@ -96,29 +121,15 @@ fn i8_of(b: u32) -> f32 {
     return f32(bitcast<i32>(b << 24u) >> 24u);
 }
 
-// ggml's kvalues_iq4nl plus 128 (1 ..= 241), as 16 u8 packed 4 a word: value n is byte n % 4 of
-// word n / 4.
-const IQ4_0: u32 = 0x3f2d1801u; //   1  24  45  63  (-127 -104 -83 -65)
-const IQ4_1: u32 = 0x766a5d4fu; //  79  93 106 118  ( -49  -35 -22 -10)
-const IQ4_2: u32 = 0xa6998d81u; // 129 141 153 166  (   1   13  25  38)
-const IQ4_3: u32 = 0xf1d9c5b5u; // 181 197 217 241  (  53   69  89 113)
-
-// The IQ4_NL table values plus 128 of the nibbles at `shift` (0 or 4) of the 4 bytes of q:
-// selects among the packed words, not an indexed array (per-lane memory on CPU adapters). Each
-// byte's nibble n is read in place: bits 2 and 3 as sign bits (shifted to bit 31) pick the word,
-// and 8·(n % 4) is the byte's shift; the +128 spares a sign extension (callers subtract 128·Σx
-// once a chunk, or 128 from the value).
-fn iq4u(q: u32, shift: u32) -> vec4<f32> {
-    let b = vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift);
-    let mid = bitcast<vec4<i32>>(b << vec4<u32>(29u)) < vec4<i32>(0);
-    let hi = bitcast<vec4<i32>>(b << vec4<u32>(28u)) < vec4<i32>(0);
-    let word = select(select(vec4<u32>(IQ4_0), vec4<u32>(IQ4_1), mid), select(vec4<u32>(IQ4_2), vec4<u32>(IQ4_3), mid), hi);
-    return vec4<f32>(bitcast<vec4<i32>>((word >> ((b << vec4<u32>(3u)) & vec4<u32>(24u))) & vec4<u32>(255u)));
-}
-
-// The IQ4_NL table values themselves.
+// ggml's kvalues_iq4nl (IQ4_NL's and IQ4_XS's values of the nibbles 0..15: -127 -104 -83 -65 -49
+// -35 -22 -10 1 13 25 38 53 69 89 113) of the nibbles at `shift` (0 or 4) of the 4 bytes of q, as
+// a polynomial of degree 4 in the nibble, rounded. The polynomial is the minimax fit: it is off by
+// at most 0.433 at each nibble (in f32 too), so the rounding makes it exact; the kernel checks
+// compare every nibble against the CPU oracle's table. On lavapipe 5 vector operations a value
+// cost less than selecting from a table packed in words (per-lane memory is slower still).
 fn iq4(q: u32, shift: u32) -> vec4<f32> {
-    return iq4u(q, shift) - 128.0;
+    let n = nib(q, shift);
+    return round((((0.0015860428 * n + 0.03108644) * n - 1.371927) * n + 24.17383) * n - 126.56701);
 }
 
 // Q3_K's 6-bit scale s (0..16), minus 32, from the block's `header` (its 12 scale bytes in words
@@ -179,12 +190,12 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
         return blk_d(rb, c) * (nib(wd(blk(rb, c), i & 3u), (i >> 2u) * 4u) - 8.0);
     } else if FORMAT == FMT_Q5_0 {
         let bb = blk(rb, c);
-        let q = nib(wd(bb, 1u + (i & 3u)), (i >> 2u) * 4u) + 16.0 * bits4(wd(bb, 0u), 4u * i);
+        let q = bytes4(q5_bytes(wd(bb, 1u + (i & 3u)), wd(bb, 0u), i));
         return blk_d(rb, c) * (q - 16.0);
     } else if FORMAT == FMT_Q5_1 {
         let bb = blk(rb, c);
         let dm = unpack2x16float(wd(bb, 0u));
-        let q = nib(wd(bb, 2u + (i & 3u)), (i >> 2u) * 4u) + 16.0 * bits4(wd(bb, 1u), 4u * i);
+        let q = bytes4(q5_bytes(wd(bb, 2u + (i & 3u)), wd(bb, 1u), i));
         return dm.x * q + dm.y;
     } else if FORMAT == FMT_IQ4_NL {
         return blk_d(rb, c) * iq4(wd(blk(rb, c), i & 3u), (i >> 2u) * 4u);
@@ -201,7 +212,7 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
         let q = field(wd(bb, 4u + 2u * sb + i / 4u), 2u * (i % 4u), 3u);
         return dm.x * f32(sc & 15u) * q - dm.y * f32(sc >> 4u);
     } else if FORMAT == FMT_Q3_K {
-        let q = field(wd(bb, 8u + 2u * sb + i / 4u), 2u * (i % 4u), 3u) + 4.0 * bits4(wd(bb, sb), 4u * i) - 4.0;
+        let q = bytes4(q3_bytes(wd(bb, 8u + 2u * sb + i / 4u), wd(bb, sb), i)) - 4.0;
         return blk_d(rb, b) * q3k_scale(bb, 2u * sb + hh) * q;
     } else if FORMAT == FMT_Q4_K {
         let hd = header(rb, c);
@@ -212,10 +223,10 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
         let hd = header(rb, c);
         let dm = unpack2x16float(hd.x);
         let sm = k4_scale_min(hd, sb);
-        let q = nib(wd(bb, 12u + 4u * sb + (i & 3u)), (i >> 2u) * 4u) + 16.0 * bits4(wd(bb, 4u + sb), 4u * i);
+        let q = bytes4(q5_bytes(wd(bb, 12u + 4u * sb + (i & 3u)), wd(bb, 4u + sb), i));
         return dm.x * sm.x * q - dm.y * sm.y;
     } else if FORMAT == FMT_Q6_K {
-        let q = nib(wd(bb, 4u * sb + (i & 3u)), (i >> 2u) * 4u) + 16.0 * field(wd(bb, 32u + 2u * sb + i / 4u), 2u * (i % 4u), 3u) - 32.0;
+        let q = bytes4(q6_bytes(wd(bb, 4u * sb + (i & 3u)), wd(bb, 32u + 2u * sb + i / 4u), i)) - 32.0;
         return blk_d(rb, b) * i8_of(byte_at(bb, 48u, 2u * sb + hh)) * q;
     }
     // FORMAT == FMT_IQ4_XS
@@ -325,7 +336,7 @@ fn dot_words(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<ve
         let qh = (*q)[o];
         for (var i = 0u; i < 4u; i++) {
             let n = (*q)[o + 1u + i];
-            s0 += (*xv)[i] * (nib(n, 0u) + 16.0 * bits4(qh, 4u * i)) + (*xv)[i + 4u] * (nib(n, 4u) + 16.0 * bits4(qh, 16u + 4u * i));
+            s0 += (*xv)[i] * bytes4(q5_bytes(n, qh, i)) + (*xv)[i + 4u] * bytes4(q5_bytes(n, qh, i + 4u));
         }
         if FORMAT == FMT_Q5_1 {
             let dm = unpack2x16float((*q)[0]);
@@ -334,9 +345,9 @@ fn dot_words(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<ve
         return pair_d(hd, c) * (s0 - 16.0 * xsum);
     } else if FORMAT == FMT_IQ4_NL {
         for (var i = 0u; i < 4u; i++) {
-            s0 += (*xv)[i] * iq4u((*q)[i], 0u) + (*xv)[i + 4u] * iq4u((*q)[i], 4u);
+            s0 += (*xv)[i] * iq4((*q)[i], 0u) + (*xv)[i + 4u] * iq4((*q)[i], 4u);
         }
-        return pair_d(hd, c) * (s0 - 128.0 * xsum);
+        return pair_d(hd, c) * s0;
     }
     // The 256-value formats: sub-block sb; s0, s1: Σ x·q over its two 16-value halves (each has
     // its own scale in Q2_K, Q3_K and Q6_K).
@@ -353,8 +364,8 @@ fn dot_words(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<ve
     } else if FORMAT == FMT_Q3_K {
         let hm = (*q)[0];
         for (var i = 0u; i < 4u; i++) {
-            s0 += (*xv)[i] * (field((*q)[1], 2u * i, 3u) + 4.0 * bits4(hm, 4u * i));
-            s1 += (*xv)[i + 4u] * (field((*q)[2], 2u * i, 3u) + 4.0 * bits4(hm, 16u + 4u * i));
+            s0 += (*xv)[i] * bytes4(q3_bytes((*q)[1], hm, i));
+            s1 += (*xv)[i + 4u] * bytes4(q3_bytes((*q)[2], hm, i + 4u));
         }
         // Σ x·(q − 4): the −4 over each half.
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
@@ -369,8 +380,8 @@ fn dot_words(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<ve
             var lo = nib(n, 0u);
             var hi = nib(n, 4u);
             if FORMAT == FMT_Q5_K {
-                lo += 16.0 * bits4((*q)[0], 4u * i);
-                hi += 16.0 * bits4((*q)[0], 16u + 4u * i);
+                lo = bytes4(q5_bytes(n, (*q)[0], i));
+                hi = bytes4(q5_bytes(n, (*q)[0], i + 4u));
             }
             s0 += (*xv)[i] * lo + (*xv)[i + 4u] * hi;
         }
@@ -378,8 +389,8 @@ fn dot_words(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<ve
     } else if FORMAT == FMT_Q6_K {
         for (var i = 0u; i < 4u; i++) {
             let n = (*q)[i];
-            s0 += (*xv)[i] * (nib(n, 0u) + 16.0 * field((*q)[4], 2u * i, 3u));
-            s1 += (*xv)[i + 4u] * (nib(n, 4u) + 16.0 * field((*q)[5], 2u * i, 3u));
+            s0 += (*xv)[i] * bytes4(q6_bytes(n, (*q)[4], i));
+            s1 += (*xv)[i + 4u] * bytes4(q6_bytes(n, (*q)[5], i + 4u));
         }
         let sc = (*q)[6] >> (16u * (sb % 2u));
         let x0 = (*xv)[0] + (*xv)[1] + (*xv)[2] + (*xv)[3];
@@ -387,9 +398,9 @@ fn dot_words(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<ve
     }
     // FORMAT == FMT_IQ4_XS
     for (var i = 0u; i < 4u; i++) {
-        s0 += (*xv)[i] * iq4u((*q)[i], 0u) + (*xv)[i + 4u] * iq4u((*q)[i], 4u);
+        s0 += (*xv)[i] * iq4((*q)[i], 0u) + (*xv)[i + 4u] * iq4((*q)[i], 4u);
     }
-    return iq4xs_scale(hd, sb) * (s0 - 128.0 * xsum);
+    return iq4xs_scale(hd, sb) * s0;
 }
 
 // Whether the format's blocks have a `header` that `dot_chunk` takes rather than loads: Q4_K and
@@ -531,8 +542,8 @@ fn chunk_values(q: ptr<function, array<u32, 8>>, c: u32, hd: vec4<u32>, o: ptr<f
         let qh = (*q)[off];
         for (var i = 0u; i < 4u; i++) {
             let n = (*q)[off + 1u + i];
-            (*o)[i] = dm.x * (nib(n, 0u) + 16.0 * bits4(qh, 4u * i) - sub) + dm.y;
-            (*o)[i + 4u] = dm.x * (nib(n, 4u) + 16.0 * bits4(qh, 16u + 4u * i) - sub) + dm.y;
+            (*o)[i] = dm.x * (bytes4(q5_bytes(n, qh, i)) - sub) + dm.y;
+            (*o)[i + 4u] = dm.x * (bytes4(q5_bytes(n, qh, i + 4u)) - sub) + dm.y;
         }
         return;
     } else if FORMAT == FMT_IQ4_NL {
@@ -563,8 +574,8 @@ fn chunk_values(q: ptr<function, array<u32, 8>>, c: u32, hd: vec4<u32>, o: ptr<f
         let d1 = d * q3k_scale_hd(hd, 2u * sb + 1u);
         let hm = (*q)[0];
         for (var i = 0u; i < 4u; i++) {
-            (*o)[i] = d0 * (field((*q)[1], 2u * i, 3u) + 4.0 * bits4(hm, 4u * i) - 4.0);
-            (*o)[i + 4u] = d1 * (field((*q)[2], 2u * i, 3u) + 4.0 * bits4(hm, 16u + 4u * i) - 4.0);
+            (*o)[i] = d0 * (bytes4(q3_bytes((*q)[1], hm, i)) - 4.0);
+            (*o)[i + 4u] = d1 * (bytes4(q3_bytes((*q)[2], hm, i + 4u)) - 4.0);
         }
     } else if FORMAT == FMT_Q4_K || FORMAT == FMT_Q5_K {
         let dm = unpack2x16float(hd.x);
@@ -578,8 +589,8 @@ fn chunk_values(q: ptr<function, array<u32, 8>>, c: u32, hd: vec4<u32>, o: ptr<f
             var lo = nib(n, 0u);
             var hi = nib(n, 4u);
             if FORMAT == FMT_Q5_K {
-                lo += 16.0 * bits4((*q)[0], 4u * i);
-                hi += 16.0 * bits4((*q)[0], 16u + 4u * i);
+                lo = bytes4(q5_bytes(n, (*q)[0], i));
+                hi = bytes4(q5_bytes(n, (*q)[0], i + 4u));
             }
             (*o)[i] = d * lo - m;
             (*o)[i + 4u] = d * hi - m;
@@ -591,8 +602,8 @@ fn chunk_values(q: ptr<function, array<u32, 8>>, c: u32, hd: vec4<u32>, o: ptr<f
         let d1 = d * i8_of((sc >> 8u) & 255u);
         for (var i = 0u; i < 4u; i++) {
             let n = (*q)[i];
-            (*o)[i] = d0 * (nib(n, 0u) + 16.0 * field((*q)[4], 2u * i, 3u) - 32.0);
-            (*o)[i + 4u] = d1 * (nib(n, 4u) + 16.0 * field((*q)[5], 2u * i, 3u) - 32.0);
+            (*o)[i] = d0 * (bytes4(q6_bytes(n, (*q)[4], i)) - 32.0);
+            (*o)[i + 4u] = d1 * (bytes4(q6_bytes(n, (*q)[5], i + 4u)) - 32.0);
         }
     } else {
         // FORMAT == FMT_IQ4_XS
