@@ -6,13 +6,15 @@
 //! - Q4_1: 20 bytes a block: f16 `d`, f16 `m`, then 16 bytes; byte j holds value j in its low
 //!   nibble and value j+16 in its high nibble; `x = d·q + m`.
 //!
-//! GPU layout (what shaders read as `array<u32>`): each row is a sequence of u32 words, the GGUF
-//! bytes unchanged for F32, F16 and Q4_1 (20-byte Q4_1 blocks are already 4-byte aligned), Q8_0
-//! blocks repacked to 36 bytes (one u32 holding `d` in its low half, then the 32 bytes of `q`).
+//! GPU layout (what shaders read as `array<u32>`): each row is a sequence of u32 words: the GGUF
+//! blocks, rearranged within by a format's `permute` where it has one, and for the formats whose
+//! blocks are 4n + 2 bytes (`split_d`: Q8_0, Q4_0, Q5_0, IQ4_NL, Q3_K, Q6_K) each block's f16 `d`
+//! moved to a header at the start of the row (two a word), so that the rest is whole words.
 //! Rows are then interleaved in groups of `ROW_GROUP`: word j of row r sits at
 //! `(r / G)·W·G + j·G + r % G` (W words a row). Neighbouring invocations work on neighbouring
 //! rows, so their loads are contiguous: coalesced on GPUs. (lavapipe 25.0 loads lane by lane
-//! whatever the layout, docs/BENCHMARKS.md: the layout neither helps nor hurts there.)
+//! whatever the layout, docs/BENCHMARKS.md; there the interleaving puts word j of two
+//! neighbouring rows side by side, one u64 load: matmul_lanes.wgsl.)
 
 use half::f16;
 
