@@ -79,7 +79,7 @@ fn nib(q: u32, shift: u32) -> vec4<f32> {
     return field(q, shift, 15u);
 }
 
-// The 4 bytes of w as values (each < 128: converted from i32, as `field`).
+// The 4 bytes of w as values (converted from i32, as `field`).
 fn bytes4(w: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<vec4<i32>>((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u)));
 }
@@ -377,11 +377,14 @@ fn dot_words(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<ve
         let o = u32(FORMAT == FMT_Q5_K);
         for (var i = 0u; i < 4u; i++) {
             let n = (*q)[o + i];
-            var lo = nib(n, 0u);
-            var hi = nib(n, 4u);
+            var lo: vec4<f32>;
+            var hi: vec4<f32>;
             if FORMAT == FMT_Q5_K {
                 lo = bytes4(q5_bytes(n, (*q)[0], i));
                 hi = bytes4(q5_bytes(n, (*q)[0], i + 4u));
+            } else {
+                lo = nib(n, 0u);
+                hi = nib(n, 4u);
             }
             s0 += (*xv)[i] * lo + (*xv)[i + 4u] * hi;
         }
@@ -586,11 +589,14 @@ fn chunk_values(q: ptr<function, array<u32, 8>>, c: u32, hd: vec4<u32>, o: ptr<f
         let o5 = u32(FORMAT == FMT_Q5_K);
         for (var i = 0u; i < 4u; i++) {
             let n = (*q)[o5 + i];
-            var lo = nib(n, 0u);
-            var hi = nib(n, 4u);
+            var lo: vec4<f32>;
+            var hi: vec4<f32>;
             if FORMAT == FMT_Q5_K {
                 lo = bytes4(q5_bytes(n, (*q)[0], i));
                 hi = bytes4(q5_bytes(n, (*q)[0], i + 4u));
+            } else {
+                lo = nib(n, 0u);
+                hi = nib(n, 4u);
             }
             (*o)[i] = d * lo - m;
             (*o)[i + 4u] = d * hi - m;
