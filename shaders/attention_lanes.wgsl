@@ -16,8 +16,9 @@
 //
 // This file is appended to attention.wgsl (ops/attention.rs concatenates them), whose bindings, `rotate`,
 // `f16_round`, `kv_base`, `kv_at`, `write_own`, `put_result`, FUSED and WG it uses: a
-// module of its own, because subgroup operations need the device's SUBGROUP feature. No
-// `enable subgroups;`: naga (wgpu 30) rejects it, so the kernel is used natively only.
+// module of its own, because subgroup operations and u64 need the device's SUBGROUP and
+// SHADER_INT64 features. No `enable subgroups;`: naga (wgpu 30) rejects it, and WebGPU has no
+// u64, so the kernel is used natively only.
 
 // Lanes per item (a power of two that divides the subgroup size) and quads per lane (1–4, so
 // head dim = 4 · L · QPL).
@@ -25,6 +26,9 @@ override L: u32 = 8u;
 override QPL: u32 = 2u;
 // Sets of 4 query rows per item (1, 2 or 4).
 override SETS: u32 = 1u;
+// 1: 16 rows (SETS 4) over one whole subgroup of 8 lanes (L 8), each lane keeping the softmax
+// state of 2 rows (`step16`).
+override WIDE: u32 = 0u;
 
 // Four query rows (t, h) of KV head g, items f .. f + 3 in t·ratio + h % ratio order, over one
 // slice of positions: q and sums (a column per row), online-softmax max and sum, and the positions
@@ -132,6 +136,75 @@ fn rows_step(r0: Rows, k: mat4x4<f32>, v: mat4x4<f32>, j: u32) -> Rows {
     return r;
 }
 
+// WIDE: position j for the 16 rows of sets a, b, c, d. The lanes' partial scores are summed by a
+// butterfly that halves what each lane keeps at every step, so lane λ ends with the whole scores
+// of rows 2λ and 2λ + 1 (set λ / 2, components (λ % 2)·2 ..), the same sums in the same order as
+// `rows_step`'s reduction. The softmax state of those 2 rows is the lane's (m2, l2: 2 exps a lane,
+// not 16), and each row's rescale and weight are broadcast back from its lane for the updates.
+struct Own {
+    m: vec2<f32>,
+    l: vec2<f32>,
+    lo: vec2<u32>,
+    hi: vec2<u32>,
+}
+
+fn pick4(a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<u32>, lane: u32) -> vec2<u32> {
+    let s = select(select(a, b, (lane & 2u) != 0u), select(c, d, (lane & 2u) != 0u), (lane & 4u) != 0u);
+    return select(s.xy, s.zw, (lane & 1u) != 0u);
+}
+
+// Rows 4s .. 4s + 3's values of `v` (each lane holding its 2 rows'): lanes 2s and 2s + 1.
+fn gather(v: vec2<f32>, s: u32) -> vec4<f32> {
+    switch s {
+        case 0u: { return vec4<f32>(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u)); }
+        case 1u: { return vec4<f32>(subgroupBroadcast(v, 2u), subgroupBroadcast(v, 3u)); }
+        case 2u: { return vec4<f32>(subgroupBroadcast(v, 4u), subgroupBroadcast(v, 5u)); }
+        default: { return vec4<f32>(subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u)); }
+    }
+}
+
+// This lane's K quads dotted with each of four rows' q quads.
+fn partial(r: Rows, k: mat4x4<f32>) -> vec4<f32> {
+    var s = k[0] * r.q0;
+    if QPL > 1u {
+        s += k[1] * r.q1;
+    }
+    return s;
+}
+
+fn step16(ra: ptr<function, Rows>, rb: ptr<function, Rows>, rc: ptr<function, Rows>, rd: ptr<function, Rows>, o: ptr<function, Own>,
+          k: mat4x4<f32>, v: mat4x4<f32>, j: u32, lane: u32) {
+    let sa = partial(*ra, k);
+    let sb = partial(*rb, k);
+    let sc = partial(*rc, k);
+    let sd = partial(*rd, k);
+    let b2 = (lane & 4u) != 0u;
+    let b1 = (lane & 2u) != 0u;
+    let b0 = (lane & 1u) != 0u;
+    let k0 = select(sa, sc, b2) + subgroupShuffleXor(select(sc, sa, b2), 4u);
+    let k1 = select(sb, sd, b2) + subgroupShuffleXor(select(sd, sb, b2), 4u);
+    let k2 = select(k0, k1, b1) + subgroupShuffleXor(select(k1, k0, b1), 2u);
+    let s = select(k2.xy, k2.zw, b0) + subgroupShuffleXor(select(k2.zw, k2.xy, b0), 1u);
+    // rows_step's softmax update, for this lane's 2 rows.
+    let valid = (vec2<u32>(j) >= (*o).lo) & (vec2<u32>(j) < (*o).hi);
+    let up = valid & (s > (*o).m);
+    let x = exp(select(s - (*o).m, (*o).m - s, up));
+    let corr = select(vec2<f32>(1.0), x, up);
+    let e = select(vec2<f32>(0.0), select(x, vec2<f32>(1.0), up), valid);
+    (*o).m = select((*o).m, max((*o).m, s), valid);
+    (*o).l = (*o).l * corr + e;
+    (*ra).a0 = update((*ra).a0, v[0], gather(corr, 0u), gather(e, 0u));
+    (*rb).a0 = update((*rb).a0, v[0], gather(corr, 1u), gather(e, 1u));
+    (*rc).a0 = update((*rc).a0, v[0], gather(corr, 2u), gather(e, 2u));
+    (*rd).a0 = update((*rd).a0, v[0], gather(corr, 3u), gather(e, 3u));
+    if QPL > 1u {
+        (*ra).a1 = update((*ra).a1, v[1], gather(corr, 0u), gather(e, 0u));
+        (*rb).a1 = update((*rb).a1, v[1], gather(corr, 1u), gather(e, 1u));
+        (*rc).a1 = update((*rc).a1, v[1], gather(corr, 2u), gather(e, 2u));
+        (*rd).a1 = update((*rd).a1, v[1], gather(corr, 3u), gather(e, 3u));
+    }
+}
+
 fn rows_store(r: Rows, f0: u32, g: u32, lane: u32, split: u32) {
     for (var c = 0u; c < 4u; c++) {
         let f = f0 + c;
@@ -152,18 +225,37 @@ fn rows_store(r: Rows, f0: u32, g: u32, lane: u32, split: u32) {
     }
 }
 
+// The pages again, a quad (two words) one u64: lavapipe loads a storage word whose address
+// differs across lanes in a loop over the lanes, so one 8-byte load costs what a 4-byte one does.
+@group(0) @binding(9) var<storage, read_write> k64: array<u64>;  // the same buffer as k_pages
+@group(0) @binding(10) var<storage, read_write> v64: array<u64>; // the same buffer as v_pages
+
+// kv_at, the pages read as u64 (`base` is even: rows are hd/2 words, hd a multiple of 4).
+fn kv_at64(is_k: bool, base: u32, i: u32, j: u32, own: u32, row: u32) -> vec4<f32> {
+    if FUSED == 1u && j == own {
+        return kv_at(is_k, base, i, j, own, row);
+    }
+    var w: u64;
+    if is_k {
+        w = k64[base / 2u + i];
+    } else {
+        w = v64[base / 2u + i];
+    }
+    return vec4<f32>(unpack2x16float(u32(w)), unpack2x16float(u32(w >> 32u)));
+}
+
 // The lane's K (or V) quads of position j, a column per quad.
 fn kv_quads(is_k: bool, base: u32, lane: u32, j: u32, own: u32, krow: u32) -> mat4x4<f32> {
     var k = mat4x4<f32>();
-    k[0] = kv_at(is_k, base, lane, j, own, krow);
+    k[0] = kv_at64(is_k, base, lane, j, own, krow);
     if QPL > 1u {
-        k[1] = kv_at(is_k, base, lane + L, j, own, krow);
+        k[1] = kv_at64(is_k, base, lane + L, j, own, krow);
     }
     if QPL > 2u {
-        k[2] = kv_at(is_k, base, lane + 2u * L, j, own, krow);
+        k[2] = kv_at64(is_k, base, lane + 2u * L, j, own, krow);
     }
     if QPL > 3u {
-        k[3] = kv_at(is_k, base, lane + 3u * L, j, own, krow);
+        k[3] = kv_at64(is_k, base, lane + 3u * L, j, own, krow);
     }
     return k;
 }
@@ -211,6 +303,35 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec
     }
     // The page table is read once a page: positions of a page are consecutive rows.
     var base = kv_base(lo, g);
+    if WIDE == 1u {
+        var o: Own;
+        o.m = vec2<f32>(-3.0e38);
+        o.l = vec2<f32>(0.0);
+        o.lo = pick4(ra.lo, rb.lo, rc.lo, rd.lo, lane);
+        o.hi = pick4(ra.hi, rb.hi, rc.hi, rd.hi, lane);
+        for (var j = lo; j < hi; j++) {
+            if j % p.page == 0u {
+                base = kv_base(j, g);
+            }
+            let kq = kv_quads(true, base, lane, j, own, krow);
+            let vq = kv_quads(false, base, lane, j, own, krow);
+            step16(&ra, &rb, &rc, &rd, &o, kq, vq, j, lane);
+            base += p.hd / 2u;
+        }
+        ra.m = gather(o.m, 0u);
+        rb.m = gather(o.m, 1u);
+        rc.m = gather(o.m, 2u);
+        rd.m = gather(o.m, 3u);
+        ra.l = gather(o.l, 0u);
+        rb.l = gather(o.l, 1u);
+        rc.l = gather(o.l, 2u);
+        rd.l = gather(o.l, 3u);
+        rows_store(ra, f0, g, lane, split);
+        rows_store(rb, f0 + 4u, g, lane, split);
+        rows_store(rc, f0 + 8u, g, lane, split);
+        rows_store(rd, f0 + 12u, g, lane, split);
+        return;
+    }
     for (var j = lo; j < hi; j++) {
         if j % p.page == 0u {
             base = kv_base(j, g);

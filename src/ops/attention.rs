@@ -14,7 +14,7 @@ static ATTENTION_LANES: Kernel = Kernel {
     name: "attention_lanes",
     source: concat!(include_str!("../../shaders/attention.wgsl"), include_str!("../../shaders/attention_lanes.wgsl")),
     entry: "lanes",
-    bindings: &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read],
+    bindings: &[Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read, ReadWrite, ReadWrite],
 };
 static ATTENTION_COMBINE: Kernel = kernel!("attention", "combine", [Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, Read]);
 
@@ -73,7 +73,7 @@ const ATTN_MIN_SPLIT: usize = 32;
 /// head dim does not split so.
 fn lanes_split(gpu: &Gpu, kind: Variant, head_dim: usize) -> Option<(usize, usize)> {
     let sg = gpu.caps.subgroup_size? as usize;
-    if kind != Variant::Lanes || !head_dim.is_multiple_of(4) {
+    if kind != Variant::Lanes || !gpu.caps.int64 || !head_dim.is_multiple_of(4) {
         return None;
     }
     let hd4 = head_dim / 4;
@@ -188,9 +188,18 @@ pub fn attention(
     } else if let Some((lanes, quads)) = lanes {
         // `lanes` lanes per item, at least 8 lanes (one AVX2 vector) per workgroup.
         let wg = lanes * (8 / lanes).max(1);
-        let consts =
-            [("FUSED", s.fused as u32 as f64), ("L", lanes as f64), ("QPL", quads as f64), ("SETS", lane_sets as f64), ("WG", wg as f64)];
+        // 16 rows over a whole subgroup of 8 lanes: each lane keeps 2 rows' softmax state.
+        let wide = lanes == 8 && lane_sets == 4 && b.gpu().caps.subgroup_size == Some(8);
+        let consts = [
+            ("FUSED", s.fused as u32 as f64),
+            ("L", lanes as f64),
+            ("QPL", quads as f64),
+            ("SETS", lane_sets as f64),
+            ("WIDE", wide as u32 as f64),
+            ("WG", wg as f64),
+        ];
         let items = kv.n_kv * lane_chunks * splits;
+        let buffers = [q, pos, table, &kv.k, &kv.v, out, part, rope, &kv.k, &kv.v];
         b.dispatch(&ATTENTION_LANES, &consts, &params, &buffers, groups_2d(b.gpu(), items.div_ceil(wg / lanes)))?;
     } else {
         // One SIMD width per workgroup: a decode step has only 12–90 invocations here.
