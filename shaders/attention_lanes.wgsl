@@ -26,8 +26,8 @@ override L: u32 = 8u;
 override QPL: u32 = 2u;
 // Sets of 4 query rows per item (1, 2 or 4).
 override SETS: u32 = 1u;
-// 1: 16 rows (SETS 4) over one whole subgroup of 8 lanes (L 8), each lane keeping the softmax
-// state of 2 rows (`step16`).
+// 1: items of 8 lanes that are a whole subgroup (L 8, WG 8), each lane keeping the softmax state
+// of its own rows only (`step_wide`).
 override WIDE: u32 = 0u;
 
 // Four query rows (t, h) of KV head g, items f .. f + 3 in t·ratio + h % ratio order, over one
@@ -136,11 +136,13 @@ fn rows_step(r0: Rows, k: mat4x4<f32>, v: mat4x4<f32>, j: u32) -> Rows {
     return r;
 }
 
-// WIDE: position j for the 16 rows of sets a, b, c, d. The lanes' partial scores are summed by a
-// butterfly that halves what each lane keeps at every step, so lane λ ends with the whole scores
-// of rows 2λ and 2λ + 1 (set λ / 2, components (λ % 2)·2 ..), the same sums in the same order as
-// `rows_step`'s reduction. The softmax state of those 2 rows is the lane's (m2, l2: 2 exps a lane,
-// not 16), and each row's rescale and weight are broadcast back from its lane for the updates.
+// WIDE (8 lanes an item, the whole subgroup): after the dot products, the lanes' partial scores
+// are summed by a butterfly that halves what each lane keeps at every step (the same sums, in
+// the same order, as `rows_step`'s xor reduction), so that each lane ends with the whole scores
+// of its own rows: with 16 rows (SETS 4) rows 2λ and 2λ + 1, with 8 rows row λ, with 4 rows row
+// λ / 2 (lanes λ and λ ^ 1 alike). Only those rows' softmax state is kept in a lane (two exps a
+// lane, not 4·SETS), and each row's rescale and weight are broadcast back from its lane for the
+// updates of the sums. `Own` holds that state (with fewer than 16 rows, twice the same row).
 struct Own {
     m: vec2<f32>,
     l: vec2<f32>,
@@ -148,44 +150,93 @@ struct Own {
     hi: vec2<u32>,
 }
 
-fn pick4(a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<u32>, lane: u32) -> vec2<u32> {
-    let s = select(select(a, b, (lane & 2u) != 0u), select(c, d, (lane & 2u) != 0u), (lane & 4u) != 0u);
-    return select(s.xy, s.zw, (lane & 1u) != 0u);
-}
-
-// Rows 4s .. 4s + 3's values of `v` (each lane holding its 2 rows'): lanes 2s and 2s + 1.
-fn gather(v: vec2<f32>, s: u32) -> vec4<f32> {
-    switch s {
-        case 0u: { return vec4<f32>(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u)); }
-        case 1u: { return vec4<f32>(subgroupBroadcast(v, 2u), subgroupBroadcast(v, 3u)); }
-        case 2u: { return vec4<f32>(subgroupBroadcast(v, 4u), subgroupBroadcast(v, 5u)); }
-        default: { return vec4<f32>(subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u)); }
+// This lane's own rows' entries of the sets' vec4s a, b, c, d (rows 0–3, 4–7, 8–11, 12–15).
+fn own_of(a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<u32>, lane: u32) -> vec2<u32> {
+    if SETS == 4u {
+        let s = select(select(a, b, (lane & 2u) != 0u), select(c, d, (lane & 2u) != 0u), (lane & 4u) != 0u);
+        return select(s.xy, s.zw, (lane & 1u) != 0u);
     }
+    if SETS == 2u {
+        return vec2<u32>(select(a, b, (lane & 4u) != 0u)[lane & 3u]);
+    }
+    return vec2<u32>(a[lane >> 1u]);
 }
 
-// This lane's K quads dotted with each of four rows' q quads.
+// Rows 4·si .. 4·si + 3's entries of `v` (each lane holding its own rows'), from their lanes.
+fn gather(v: vec2<f32>, si: u32) -> vec4<f32> {
+    if SETS == 4u {
+        switch si {
+            case 0u: { return vec4<f32>(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u)); }
+            case 1u: { return vec4<f32>(subgroupBroadcast(v, 2u), subgroupBroadcast(v, 3u)); }
+            case 2u: { return vec4<f32>(subgroupBroadcast(v, 4u), subgroupBroadcast(v, 5u)); }
+            default: { return vec4<f32>(subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u)); }
+        }
+    }
+    if SETS == 2u {
+        if si == 0u {
+            return vec4<f32>(subgroupBroadcast(v.x, 0u), subgroupBroadcast(v.x, 1u), subgroupBroadcast(v.x, 2u), subgroupBroadcast(v.x, 3u));
+        }
+        return vec4<f32>(subgroupBroadcast(v.x, 4u), subgroupBroadcast(v.x, 5u), subgroupBroadcast(v.x, 6u), subgroupBroadcast(v.x, 7u));
+    }
+    return vec4<f32>(subgroupBroadcast(v.x, 0u), subgroupBroadcast(v.x, 2u), subgroupBroadcast(v.x, 4u), subgroupBroadcast(v.x, 6u));
+}
+
+// This lane's K quads dotted with each of a set's four rows' q quads.
 fn partial(r: Rows, k: mat4x4<f32>) -> vec4<f32> {
     var s = k[0] * r.q0;
     if QPL > 1u {
         s += k[1] * r.q1;
     }
+    if QPL > 2u {
+        s += k[2] * r.q2;
+    }
+    if QPL > 3u {
+        s += k[3] * r.q3;
+    }
     return s;
 }
 
-fn step16(ra: ptr<function, Rows>, rb: ptr<function, Rows>, rc: ptr<function, Rows>, rd: ptr<function, Rows>, o: ptr<function, Own>,
-          k: mat4x4<f32>, v: mat4x4<f32>, j: u32, lane: u32) {
-    let sa = partial(*ra, k);
-    let sb = partial(*rb, k);
-    let sc = partial(*rc, k);
-    let sd = partial(*rd, k);
+// A set's sums updated for one position: `rows_step`'s updates, with its rows' rescales and weights.
+fn update_set(r: ptr<function, Rows>, v: mat4x4<f32>, corr: vec4<f32>, e: vec4<f32>) {
+    (*r).a0 = update((*r).a0, v[0], corr, e);
+    if QPL > 1u {
+        (*r).a1 = update((*r).a1, v[1], corr, e);
+    }
+    if QPL > 2u {
+        (*r).a2 = update((*r).a2, v[2], corr, e);
+    }
+    if QPL > 3u {
+        (*r).a3 = update((*r).a3, v[3], corr, e);
+    }
+}
+
+// WIDE: position j (this lane's K and V quads) for every row of the item.
+fn step_wide(ra: ptr<function, Rows>, rb: ptr<function, Rows>, rc: ptr<function, Rows>, rd: ptr<function, Rows>, o: ptr<function, Own>,
+             k: mat4x4<f32>, v: mat4x4<f32>, j: u32, lane: u32) {
     let b2 = (lane & 4u) != 0u;
     let b1 = (lane & 2u) != 0u;
     let b0 = (lane & 1u) != 0u;
-    let k0 = select(sa, sc, b2) + subgroupShuffleXor(select(sc, sa, b2), 4u);
-    let k1 = select(sb, sd, b2) + subgroupShuffleXor(select(sd, sb, b2), 4u);
-    let k2 = select(k0, k1, b1) + subgroupShuffleXor(select(k1, k0, b1), 2u);
-    let s = select(k2.xy, k2.zw, b0) + subgroupShuffleXor(select(k2.zw, k2.xy, b0), 1u);
-    // rows_step's softmax update, for this lane's 2 rows.
+    let sa = partial(*ra, k);
+    var s: vec2<f32>;
+    if SETS == 4u {
+        let sb = partial(*rb, k);
+        let sc = partial(*rc, k);
+        let sd = partial(*rd, k);
+        let k0 = select(sa, sc, b2) + subgroupShuffleXor(select(sc, sa, b2), 4u);
+        let k1 = select(sb, sd, b2) + subgroupShuffleXor(select(sd, sb, b2), 4u);
+        let k2 = select(k0, k1, b1) + subgroupShuffleXor(select(k1, k0, b1), 2u);
+        s = select(k2.xy, k2.zw, b0) + subgroupShuffleXor(select(k2.zw, k2.xy, b0), 1u);
+    } else if SETS == 2u {
+        let sb = partial(*rb, k);
+        let k0 = select(sa, sb, b2) + subgroupShuffleXor(select(sb, sa, b2), 4u);
+        let k1 = select(k0.xy, k0.zw, b1) + subgroupShuffleXor(select(k0.zw, k0.xy, b1), 2u);
+        s = vec2<f32>(select(k1.x, k1.y, b0) + subgroupShuffleXor(select(k1.y, k1.x, b0), 1u));
+    } else {
+        let k0 = select(sa.xy, sa.zw, b2) + subgroupShuffleXor(select(sa.zw, sa.xy, b2), 4u);
+        let k1 = select(k0.x, k0.y, b1) + subgroupShuffleXor(select(k0.y, k0.x, b1), 2u);
+        s = vec2<f32>(k1 + subgroupShuffleXor(k1, 1u));
+    }
+    // rows_step's softmax update, for this lane's rows.
     let valid = (vec2<u32>(j) >= (*o).lo) & (vec2<u32>(j) < (*o).hi);
     let up = valid & (s > (*o).m);
     let x = exp(select(s - (*o).m, (*o).m - s, up));
@@ -193,15 +244,13 @@ fn step16(ra: ptr<function, Rows>, rb: ptr<function, Rows>, rc: ptr<function, Ro
     let e = select(vec2<f32>(0.0), select(x, vec2<f32>(1.0), up), valid);
     (*o).m = select((*o).m, max((*o).m, s), valid);
     (*o).l = (*o).l * corr + e;
-    (*ra).a0 = update((*ra).a0, v[0], gather(corr, 0u), gather(e, 0u));
-    (*rb).a0 = update((*rb).a0, v[0], gather(corr, 1u), gather(e, 1u));
-    (*rc).a0 = update((*rc).a0, v[0], gather(corr, 2u), gather(e, 2u));
-    (*rd).a0 = update((*rd).a0, v[0], gather(corr, 3u), gather(e, 3u));
-    if QPL > 1u {
-        (*ra).a1 = update((*ra).a1, v[1], gather(corr, 0u), gather(e, 0u));
-        (*rb).a1 = update((*rb).a1, v[1], gather(corr, 1u), gather(e, 1u));
-        (*rc).a1 = update((*rc).a1, v[1], gather(corr, 2u), gather(e, 2u));
-        (*rd).a1 = update((*rd).a1, v[1], gather(corr, 3u), gather(e, 3u));
+    update_set(ra, v, gather(corr, 0u), gather(e, 0u));
+    if SETS > 1u {
+        update_set(rb, v, gather(corr, 1u), gather(e, 1u));
+    }
+    if SETS > 2u {
+        update_set(rc, v, gather(corr, 2u), gather(e, 2u));
+        update_set(rd, v, gather(corr, 3u), gather(e, 3u));
     }
 }
 
@@ -307,29 +356,33 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec
         var o: Own;
         o.m = vec2<f32>(-3.0e38);
         o.l = vec2<f32>(0.0);
-        o.lo = pick4(ra.lo, rb.lo, rc.lo, rd.lo, lane);
-        o.hi = pick4(ra.hi, rb.hi, rc.hi, rd.hi, lane);
+        o.lo = own_of(ra.lo, rb.lo, rc.lo, rd.lo, lane);
+        o.hi = own_of(ra.hi, rb.hi, rc.hi, rd.hi, lane);
         for (var j = lo; j < hi; j++) {
             if j % p.page == 0u {
                 base = kv_base(j, g);
             }
             let kq = kv_quads(true, base, lane, j, own, krow);
             let vq = kv_quads(false, base, lane, j, own, krow);
-            step16(&ra, &rb, &rc, &rd, &o, kq, vq, j, lane);
+            step_wide(&ra, &rb, &rc, &rd, &o, kq, vq, j, lane);
             base += p.hd / 2u;
         }
         ra.m = gather(o.m, 0u);
-        rb.m = gather(o.m, 1u);
-        rc.m = gather(o.m, 2u);
-        rd.m = gather(o.m, 3u);
         ra.l = gather(o.l, 0u);
-        rb.l = gather(o.l, 1u);
-        rc.l = gather(o.l, 2u);
-        rd.l = gather(o.l, 3u);
         rows_store(ra, f0, g, lane, split);
-        rows_store(rb, f0 + 4u, g, lane, split);
-        rows_store(rc, f0 + 8u, g, lane, split);
-        rows_store(rd, f0 + 12u, g, lane, split);
+        if SETS > 1u {
+            rb.m = gather(o.m, 1u);
+            rb.l = gather(o.l, 1u);
+            rows_store(rb, f0 + 4u, g, lane, split);
+        }
+        if SETS > 2u {
+            rc.m = gather(o.m, 2u);
+            rc.l = gather(o.l, 2u);
+            rd.m = gather(o.m, 3u);
+            rd.l = gather(o.l, 3u);
+            rows_store(rc, f0 + 8u, g, lane, split);
+            rows_store(rd, f0 + 12u, g, lane, split);
+        }
         return;
     }
     for (var j = lo; j < hi; j++) {
