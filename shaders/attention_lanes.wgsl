@@ -97,10 +97,8 @@ fn update(a: mat4x4<f32>, v: vec4<f32>, corr: vec4<f32>, e: vec4<f32>) -> mat4x4
     return mat4x4<f32>(a[0] * corr.x + v * e.x, a[1] * corr.y + v * e.y, a[2] * corr.z + v * e.z, a[3] * corr.w + v * e.w);
 }
 
-// Position j (this lane's K and V quads, a column per quad) for the four rows.
-fn rows_step(r0: Rows, k: mat4x4<f32>, v: mat4x4<f32>, j: u32) -> Rows {
-    var r = r0;
-    // vec4 · mat4x4: this lane's K quad dotted with each row's q quad.
+// vec4 · mat4x4: this lane's K quads dotted with each of a set's four rows' q quads.
+fn partial(r: Rows, k: mat4x4<f32>) -> vec4<f32> {
     var s = k[0] * r.q0;
     if QPL > 1u {
         s += k[1] * r.q1;
@@ -111,6 +109,27 @@ fn rows_step(r0: Rows, k: mat4x4<f32>, v: mat4x4<f32>, j: u32) -> Rows {
     if QPL > 3u {
         s += k[3] * r.q3;
     }
+    return s;
+}
+
+// A set's sums updated for one position: column r rescaled by corr[r], plus e[r]·v.
+fn update_set(r: ptr<function, Rows>, v: mat4x4<f32>, corr: vec4<f32>, e: vec4<f32>) {
+    (*r).a0 = update((*r).a0, v[0], corr, e);
+    if QPL > 1u {
+        (*r).a1 = update((*r).a1, v[1], corr, e);
+    }
+    if QPL > 2u {
+        (*r).a2 = update((*r).a2, v[2], corr, e);
+    }
+    if QPL > 3u {
+        (*r).a3 = update((*r).a3, v[3], corr, e);
+    }
+}
+
+// Position j (this lane's K and V quads, a column per quad) for the four rows.
+fn rows_step(r0: Rows, k: mat4x4<f32>, v: mat4x4<f32>, j: u32) -> Rows {
+    var r = r0;
+    var s = partial(r, k);
     for (var o = L / 2u; o > 0u; o /= 2u) {
         s += subgroupShuffleXor(s, o);
     }
@@ -123,16 +142,7 @@ fn rows_step(r0: Rows, k: mat4x4<f32>, v: mat4x4<f32>, j: u32) -> Rows {
     let e = select(vec4<f32>(0.0), select(x, vec4<f32>(1.0), up), valid);
     r.m = select(r.m, max(r.m, s), valid);
     r.l = r.l * corr + e;
-    r.a0 = update(r.a0, v[0], corr, e);
-    if QPL > 1u {
-        r.a1 = update(r.a1, v[1], corr, e);
-    }
-    if QPL > 2u {
-        r.a2 = update(r.a2, v[2], corr, e);
-    }
-    if QPL > 3u {
-        r.a3 = update(r.a3, v[3], corr, e);
-    }
+    update_set(&r, v, corr, e);
     return r;
 }
 
@@ -179,35 +189,6 @@ fn gather(v: vec2<f32>, si: u32) -> vec4<f32> {
         return vec4<f32>(subgroupBroadcast(v.x, 4u), subgroupBroadcast(v.x, 5u), subgroupBroadcast(v.x, 6u), subgroupBroadcast(v.x, 7u));
     }
     return vec4<f32>(subgroupBroadcast(v.x, 0u), subgroupBroadcast(v.x, 2u), subgroupBroadcast(v.x, 4u), subgroupBroadcast(v.x, 6u));
-}
-
-// This lane's K quads dotted with each of a set's four rows' q quads.
-fn partial(r: Rows, k: mat4x4<f32>) -> vec4<f32> {
-    var s = k[0] * r.q0;
-    if QPL > 1u {
-        s += k[1] * r.q1;
-    }
-    if QPL > 2u {
-        s += k[2] * r.q2;
-    }
-    if QPL > 3u {
-        s += k[3] * r.q3;
-    }
-    return s;
-}
-
-// A set's sums updated for one position: `rows_step`'s updates, with its rows' rescales and weights.
-fn update_set(r: ptr<function, Rows>, v: mat4x4<f32>, corr: vec4<f32>, e: vec4<f32>) {
-    (*r).a0 = update((*r).a0, v[0], corr, e);
-    if QPL > 1u {
-        (*r).a1 = update((*r).a1, v[1], corr, e);
-    }
-    if QPL > 2u {
-        (*r).a2 = update((*r).a2, v[2], corr, e);
-    }
-    if QPL > 3u {
-        (*r).a3 = update((*r).a3, v[3], corr, e);
-    }
 }
 
 // WIDE: position j (this lane's K and V quads) for every row of the item.
@@ -352,38 +333,12 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec
     }
     // The page table is read once a page: positions of a page are consecutive rows.
     var base = kv_base(lo, g);
+    var o: Own;
     if WIDE == 1u {
-        var o: Own;
         o.m = vec2<f32>(-3.0e38);
         o.l = vec2<f32>(0.0);
         o.lo = own_of(ra.lo, rb.lo, rc.lo, rd.lo, lane);
         o.hi = own_of(ra.hi, rb.hi, rc.hi, rd.hi, lane);
-        for (var j = lo; j < hi; j++) {
-            if j % p.page == 0u {
-                base = kv_base(j, g);
-            }
-            let kq = kv_quads(true, base, lane, j, own, krow);
-            let vq = kv_quads(false, base, lane, j, own, krow);
-            step_wide(&ra, &rb, &rc, &rd, &o, kq, vq, j, lane);
-            base += p.hd / 2u;
-        }
-        ra.m = gather(o.m, 0u);
-        ra.l = gather(o.l, 0u);
-        rows_store(ra, f0, g, lane, split);
-        if SETS > 1u {
-            rb.m = gather(o.m, 1u);
-            rb.l = gather(o.l, 1u);
-            rows_store(rb, f0 + 4u, g, lane, split);
-        }
-        if SETS > 2u {
-            rc.m = gather(o.m, 2u);
-            rc.l = gather(o.l, 2u);
-            rd.m = gather(o.m, 3u);
-            rd.l = gather(o.l, 3u);
-            rows_store(rc, f0 + 8u, g, lane, split);
-            rows_store(rd, f0 + 12u, g, lane, split);
-        }
-        return;
     }
     for (var j = lo; j < hi; j++) {
         if j % p.page == 0u {
@@ -391,15 +346,30 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec
         }
         let kq = kv_quads(true, base, lane, j, own, krow);
         let vq = kv_quads(false, base, lane, j, own, krow);
-        ra = rows_step(ra, kq, vq, j);
-        if SETS > 1u {
-            rb = rows_step(rb, kq, vq, j);
-        }
-        if SETS > 2u {
-            rc = rows_step(rc, kq, vq, j);
-            rd = rows_step(rd, kq, vq, j);
+        if WIDE == 1u {
+            step_wide(&ra, &rb, &rc, &rd, &o, kq, vq, j, lane);
+        } else {
+            ra = rows_step(ra, kq, vq, j);
+            if SETS > 1u {
+                rb = rows_step(rb, kq, vq, j);
+            }
+            if SETS > 2u {
+                rc = rows_step(rc, kq, vq, j);
+                rd = rows_step(rd, kq, vq, j);
+            }
         }
         base += p.hd / 2u;
+    }
+    if WIDE == 1u {
+        // Each row's maximum and sum, from its lane (sets past SETS are not stored).
+        ra.m = gather(o.m, 0u);
+        ra.l = gather(o.l, 0u);
+        rb.m = gather(o.m, 1u);
+        rb.l = gather(o.l, 1u);
+        rc.m = gather(o.m, 2u);
+        rc.l = gather(o.l, 2u);
+        rd.m = gather(o.m, 3u);
+        rd.l = gather(o.l, 3u);
     }
     rows_store(ra, f0, g, lane, split);
     if SETS > 1u {
