@@ -257,6 +257,8 @@ fn rows_store(r: Rows, f0: u32, g: u32, lane: u32, split: u32) {
 
 // The pages again, a quad (two words) one u64: lavapipe loads a storage word whose address
 // differs across lanes in a loop over the lanes, so one 8-byte load costs what a 4-byte one does.
+// Only read, but bound read_write: wgpu refuses a buffer bound both read-only and read_write in
+// one dispatch (k_pages and v_pages are read_write for `write_own`).
 @group(0) @binding(9) var<storage, read_write> k64: array<u64>;  // the same buffer as k_pages
 @group(0) @binding(10) var<storage, read_write> v64: array<u64>; // the same buffer as v_pages
 
