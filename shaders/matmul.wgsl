@@ -12,10 +12,16 @@
 // summing in workgroup memory: real GPUs, where one invocation per row leaves most lanes idle).
 // The matrix-vector kernels can fuse the op before them into their x-load (XLOAD): RMSNorm
 // (x / rms(x) · nw; the 1/rms factor is applied to the finished dot product, Σx² accumulated from
-// the same loads) or SwiGLU (silu(gate) · up from a fused gate|up row).
+// the same loads) or a gated activation (act(gate) · up from a fused gate|up row, glu.wgsl). The
+// tiled matmul can fuse the gated activation after it instead (GLU): its weight is the gate|up
+// matrix, and it stores act(gate) · up.
 
-// 0: x as it is; 1: RMSNorm(x) · nw; 2: silu(x[:K]) · x[K:] from rows of 2K (gate | up).
+// 0: x as it is; 1: RMSNorm(x) · nw; 2: silu(x[:K]) · x[K:] from rows of 2K (gate | up); 3: the
+// same with GELU.
 override XLOAD: u32 = 0u;
+// `matmul` only. 0: y = x · Wᵀ; 1 (SwiGLU), 2 (GeGLU): W is a gate|up matrix of 2F rows (F even)
+// and y[t, j] = act(gate_j) · up_j, for rows of F.
+override GLU: u32 = 0u;
 // 1: y += x · Wᵀ (the residual connection fused into the projection); 0: y = x · Wᵀ.
 override ACC: u32 = 0u;
 override WG: u32 = 64u;
@@ -43,10 +49,9 @@ struct Params {
 // x values 4i .. 4i+3 of row t as the matrix-vector kernels see them (after the fused op);
 // XLOAD 1 adds their squares to *ss.
 fn x_at(t: u32, i: u32, ss: ptr<function, f32>) -> vec4<f32> {
-    if XLOAD == 2u {
+    if XLOAD >= 2u {
         let b = p.x_off + t * (p.k / 2u);
-        let g = x[b + i];
-        return g / (vec4<f32>(1.0) + exp(-g)) * x[b + p.k / 4u + i];
+        return glu4(x[b + i], x[b + p.k / 4u + i], XLOAD == 3u);
     }
     let v = x[p.x_off + t * (p.k / 4u) + i];
     if XLOAD == 1u {
@@ -185,16 +190,23 @@ fn matvec_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
 // same order either way.
 override TT: u32 = 4u;
 
+//
+// With GLU, an invocation's 4 rows are gate rows j, j + 1 and the up rows F + j, F + j + 1, and it
+// stores act(gate) · up for columns j and j + 1 (glu_rows): each row's sums as without GLU.
 @compute @workgroup_size(WG)
 fn matmul(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let n0 = gid.x * 4u;
+    let f = p.n / 2u;
+    let n0 = select(gid.x * 4u, gid.x * 2u, GLU > 0u);
     let t0 = gid.y * TT;
-    if n0 >= p.n || t0 >= p.t {
+    if n0 >= select(p.n, f, GLU > 0u) || t0 >= p.t {
         return;
     }
     let k4n = p.k / 4u;
     // Rows and tokens past the end repeat the last one; their results are not stored.
-    let rn = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
+    var rn = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
+    if GLU > 0u {
+        rn = glu_rows(n0, f);
+    }
     let r = vec4<u32>(row_base(rn.x), row_base(rn.y), row_base(rn.z), row_base(rn.w));
     let tt = min(vec4<u32>(t0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.t - 1u)) * k4n;
     var a0 = vec4<f32>(0.0);
@@ -248,10 +260,25 @@ fn matmul(@builtin(global_invocation_id) gid: vec3<u32>) {
         if t >= p.t {
             break;
         }
+        if GLU > 0u {
+            for (var ri = 0u; ri < 2u; ri++) {
+                if n0 + ri < f {
+                    store(t, n0 + ri, glu(acc[ti][ri], acc[ti][ri + 2u], GLU == 2u));
+                }
+            }
+            continue;
+        }
         for (var ri = 0u; ri < 4u; ri++) {
             if n0 + ri < p.n {
                 store(t, n0 + ri, acc[ti][ri]);
             }
         }
     }
+}
+
+// The rows of a GLU tile at column j (even) of F (even): gate j, j + 1 and up F + j, F + j + 1,
+// past the end the last pair.
+fn glu_rows(j: u32, f: u32) -> vec4<u32> {
+    let jc = min(j, f - 2u);
+    return vec4<u32>(jc, jc + 1u, f + jc, f + jc + 1u);
 }

@@ -153,14 +153,21 @@ fn words_pair(rb: u32, c: u32, qa: ptr<function, array<u32, 8>>, qb: ptr<functio
 // shares the tile's tokens (workgroups are WG × 1).
 @compute @workgroup_size(WG)
 fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
-    let n0 = gid.x * 4u;
+    // GLU (matmul.wgsl's): rows j, j + 1 of gate (ra) and of up (rc), 2 columns of act(gate) · up.
+    let f = p.n / 2u;
+    let n0 = select(gid.x * 4u, gid.x * 2u, GLU > 0u);
     let t0 = gid.y * 4u;
     // No early return (the broadcasts need every lane): tokens past the end repeat the last one,
     // row pairs past the end the last pair (whose second row may be the layout's padding), and
     // their results are not stored.
     let last = (p.n - 1u) & ~1u;
-    let ra = row_base(min(n0, last));
-    let rc = row_base(min(n0 + 2u, last));
+    var ra = row_base(min(n0, last));
+    var rc = row_base(min(n0 + 2u, last));
+    if GLU > 0u {
+        let rows = glu_rows(n0, f);
+        ra = row_base(rows.x);
+        rc = row_base(rows.z);
+    }
     let k4n = p.k / 4u;
     let l = sl % 8u;
     let xb = min(t0 + l / 2u, p.t - 1u) * k4n + (l % 2u) * 4u;
@@ -226,6 +233,16 @@ fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup
             let xs = transpose(tokens_lo(ps) + tokens_hi(ps)) * vec4<f32>(1.0);
             acc += mat4x4<f32>(s[0] * d0.x + xs * d0.y, s[1] * d1.x + xs * d1.y, s[2] * d2.x + xs * d2.y, s[3] * d3.x + xs * d3.y);
         }
+    }
+    if GLU > 0u {
+        for (var ri = 0u; ri < 2u; ri++) {
+            for (var ti = 0u; ti < 4u; ti++) {
+                if n0 + ri < f && t0 + ti < p.t {
+                    store(t0 + ti, n0 + ri, glu(acc[ri][ti], acc[ri + 2u][ti], GLU == 2u));
+                }
+            }
+        }
+        return;
     }
     for (var ri = 0u; ri < 4u; ri++) {
         for (var ti = 0u; ti < 4u; ti++) {

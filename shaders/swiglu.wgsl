@@ -1,5 +1,7 @@
 // y[t, j] = act(x[t, j]) · x[t, F + j]: the gated activation of a fused gate|up projection, act =
-// silu (SwiGLU: llama, Qwen, Phi-3) or the tanh approximation of GELU (GeGLU: Gemma).
+// silu (SwiGLU: llama, Qwen, Phi-3) or the tanh approximation of GELU (GeGLU: Gemma), as glu.wgsl
+// (prepended: ops/swiglu.rs) defines them. Prefill fuses it into the gate|up matmul where it can
+// (ops::matmul_glu); this kernel is the rest.
 
 struct Params {
     t: u32,    // tokens
@@ -21,21 +23,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let j = idx % p.f;
     let g = x[t * 2u * p.f + j];
     let u = x[t * 2u * p.f + p.f + j];
-    if p.gelu == 0u {
-        y[idx] = g / (1.0 + exp(-g)) * u;
-    } else {
-        y[idx] = gelu(g) * u;
-    }
-}
-
-// 0.5·v·(1 + tanh(√(2/π)·(v + 0.044715·v³))), saturated as ggml saturates it (v past ±10: v or 0),
-// so that no tanh of a huge argument is asked of the adapter.
-fn gelu(v: f32) -> f32 {
-    if v >= 10.0 {
-        return v;
-    }
-    if v <= -10.0 {
-        return 0.0;
-    }
-    return 0.5 * v * (1.0 + tanh(0.7978845608028654 * v * (1.0 + 0.044715 * v * v)));
+    y[idx] = glu(g, u, p.gelu == 1u);
 }

@@ -119,6 +119,17 @@ gpu_test!(matmul_accumulate,
              Check::MatmulAcc { format: Format::Q5_K, t: 70, k: 256, n: 19 }],
     browser: [Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 64, n: 33 }, Check::MatmulAcc { format: Format::Q4_1, t: 5, k: 64, n: 33 }]);
 
+// The gated activation fused into the tiled gate|up matmul's store (prefill): both activations,
+// block and float formats, odd T, F not a multiple of any workgroup, tiles past the end.
+gpu_test!(matmul_glu,
+    native: [Check::MatmulGlu { format: Format::Q4_1, t: 25, k: 576, f: 1536, gelu: false },
+             Check::MatmulGlu { format: Format::Q4_K, t: 7, k: 512, f: 46, gelu: true },
+             Check::MatmulGlu { format: Format::Q5_0, t: 70, k: 640, f: 102, gelu: true },
+             Check::MatmulGlu { format: Format::Q6_K, t: 3, k: 256, f: 2, gelu: false },
+             Check::MatmulGlu { format: Format::F16, t: 9, k: 100, f: 34, gelu: true }],
+    browser: [Check::MatmulGlu { format: Format::Q8_0, t: 5, k: 64, f: 18, gelu: true },
+              Check::MatmulGlu { format: Format::F32, t: 3, k: 36, f: 10, gelu: false }]);
+
 /// The decode projections on every matrix-vector kernel (whatever the adapter would pick), every
 /// weight format and fused op, odd N, from a later row of x, with and without the residual add.
 /// Natively N = 577, 4,099 and 8,195 give `matvec_coop` 8, 16 and 32 rows a workgroup.
@@ -126,7 +137,7 @@ fn matvecs(shapes: &[(usize, usize)]) -> Vec<Check> {
     let mut v = Vec::new();
     for kind in [Variant::Rows, Variant::Lanes, Variant::Coop] {
         for (i, format) in Format::ALL.into_iter().enumerate() {
-            for (j, op) in [Fused::None, Fused::RmsNorm, Fused::SwiGlu].into_iter().enumerate() {
+            for (j, op) in [Fused::None, Fused::RmsNorm, Fused::SwiGlu, Fused::GeGlu].into_iter().enumerate() {
                 let (k, n) = shapes[(i + j) % shapes.len()];
                 let k = k.next_multiple_of(format.block());
                 v.push(Check::Matvec { format, k, n, x_row: (i + j) % 3, op, acc: j == 2, kind });

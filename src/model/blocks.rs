@@ -148,27 +148,42 @@ impl Pass<'_, '_> {
         }
     }
 
-    /// Block `l`'s feed-forward, pre-norm with a residual: `x += swiglu(rmsnorm(x) · W_gate|upᵀ) ·
-    /// W_downᵀ` (the SwiGLU fused into the down projection's x-load when decoding with fusion).
+    /// Block `l`'s feed-forward, pre-norm with a residual: `x += act(rmsnorm(x) · W_gateᵀ) ·
+    /// (rmsnorm(x) · W_upᵀ) · W_downᵀ`, gate|up one projection. The gated activation is fused: in
+    /// prefill into the gate|up matmul's store (where its rows are one part), decoding with
+    /// fusion into the down projection's x-load.
     pub(crate) fn ffn(&mut self, l: usize) -> Result<()> {
         let (m, c, s) = (self.m, &self.m.cfg, &self.m.s);
         let layer = &m.layers[l];
-        self.norm_project(&layer.ffn_norm, &layer.gate_up, &s.gu)?;
         let t = self.t();
-        if matches!(self.mode, Mode::Decode { .. }) && m.fuse && c.act == Act::Silu && layer.post_norms.is_none() {
-            return ops::matvec(self.b, &s.gu, 0, XLoad::SwiGlu, &layer.down, &s.x, true, m.variant);
-        }
-        match c.act {
-            Act::Silu => ops::swiglu(self.b, &s.gu, &s.h, t, c.ffn)?,
-            Act::Gelu => ops::geglu(self.b, &s.gu, &s.h, t, c.ffn)?,
+        let decode = matches!(self.mode, Mode::Decode { .. });
+        let (glu, xl) = match c.act {
+            Act::Silu => (ops::Glu::SwiGlu, XLoad::SwiGlu),
+            Act::Gelu => (ops::Glu::GeGlu, XLoad::GeGlu),
+        };
+        // Gemma-3's post-FFN norm: x += rmsnorm(h · W_downᵀ), the projection into xn first.
+        let (out, acc) = match &layer.post_norms {
+            Some(_) => (&s.xn, false),
+            None => (&s.x, true),
+        };
+        if decode && m.fuse {
+            self.norm_project(&layer.ffn_norm, &layer.gate_up, &s.gu)?;
+            ops::matvec(self.b, &s.gu, 0, xl, &layer.down, out, acc, m.variant)?;
+        } else if !decode && ops::glu_fuses(&layer.gate_up) {
+            ops::rmsnorm(self.b, &s.x, &layer.ffn_norm, &s.xn, t, c.dim, c.eps)?;
+            ops::matmul_glu(self.b, &s.xn, &layer.gate_up, &s.h, t, glu, m.variant)?;
+            self.project(&s.h, &layer.down, out, acc)?;
+        } else {
+            self.norm_project(&layer.ffn_norm, &layer.gate_up, &s.gu)?;
+            match c.act {
+                Act::Silu => ops::swiglu(self.b, &s.gu, &s.h, t, c.ffn)?,
+                Act::Gelu => ops::geglu(self.b, &s.gu, &s.h, t, c.ffn)?,
+            }
+            self.project(&s.h, &layer.down, out, acc)?;
         }
         match &layer.post_norms {
-            // Gemma-3: x += rmsnorm(h · W_downᵀ)
-            Some((_, post)) => {
-                self.project(&s.h, &layer.down, &s.xn, false)?;
-                ops::rmsnorm_add(self.b, &s.xn, post, &s.x, t, c.dim, c.eps)
-            }
-            None => self.project(&s.h, &layer.down, &s.x, true), // x += h · W_downᵀ
+            Some((_, post)) => ops::rmsnorm_add(self.b, &s.xn, post, &s.x, t, c.dim, c.eps),
+            None => Ok(()),
         }
     }
 

@@ -8,10 +8,15 @@ use crate::model::quant::{self, Format};
 
 use super::{need, u, Variant};
 
-// matmul.wgsl decodes weights with quant.wgsl, and matmul_lanes.wgsl uses both: one module.
+// matmul.wgsl decodes weights with quant.wgsl and applies glu.wgsl's activations, and
+// matmul_lanes.wgsl uses all three: one module.
 static MATVEC: Kernel = Kernel {
     name: "matmul",
-    source: concat!(include_str!("../../shaders/quant.wgsl"), include_str!("../../shaders/matmul.wgsl")),
+    source: concat!(
+        include_str!("../../shaders/quant.wgsl"),
+        include_str!("../../shaders/glu.wgsl"),
+        include_str!("../../shaders/matmul.wgsl")
+    ),
     entry: "matvec",
     bindings: &[Read, Read, ReadWrite, Read],
 };
@@ -21,6 +26,7 @@ static MATVEC_LANES: Kernel = Kernel {
     name: "matmul_lanes",
     source: concat!(
         include_str!("../../shaders/quant.wgsl"),
+        include_str!("../../shaders/glu.wgsl"),
         include_str!("../../shaders/matmul.wgsl"),
         include_str!("../../shaders/matmul_lanes.wgsl")
     ),
@@ -192,7 +198,7 @@ pub(crate) fn gpu_layout(name: &str, format: Format, gguf_bytes: &[u8], n: usize
 
 /// `y[t, n] = x[t, k] · Wᵀ` (weights dequantized in the shader).
 pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
-    matmul_into(b, x, w, y, t, false, t >= TILE_FROM, Variant::for_adapter(b.gpu()))
+    matmul_into(b, x, w, y, t, false, t >= TILE_FROM, Variant::for_adapter(b.gpu()), Glu::None)
 }
 
 /// `matmul` (or, with `acc`, `matmul_acc`) on the tiled kernel whatever `t` is. A row's result
@@ -201,12 +207,41 @@ pub fn matmul(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: 
 /// prefill uses it, decode the faster matrix-vector kernel. `kind` picks the tiled kernel
 /// (`Lanes`: `matmul_lanes` for the block formats; otherwise `matmul`).
 pub fn matmul_exact(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, acc: bool, kind: Variant) -> Result<()> {
-    matmul_into(b, x, w, y, t, acc, true, kind)
+    matmul_into(b, x, w, y, t, acc, true, kind, Glu::None)
 }
 
-/// `y[t, n] += x[t, k] · Wᵀ`: a projection with the residual add fused in (one dispatch, not two).
+/// `y += x · Wᵀ`: a projection with the residual add fused in (one dispatch, not two).
 pub fn matmul_acc(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize) -> Result<()> {
-    matmul_into(b, x, w, y, t, true, t >= TILE_FROM, Variant::for_adapter(b.gpu()))
+    matmul_into(b, x, w, y, t, true, t >= TILE_FROM, Variant::for_adapter(b.gpu()), Glu::None)
+}
+
+/// The gated activation a tiled matmul can apply to a gate|up projection as it stores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glu {
+    /// None: `y = x · Wᵀ`.
+    None,
+    /// `silu(gate) · up`.
+    SwiGlu,
+    /// `gelu(gate) · up` (GELU's tanh approximation).
+    GeGlu,
+}
+
+/// Whether [`matmul_glu`] takes `w`: an even number of rows (gate, then as many of up) in one
+/// part (one format and one buffer, which a tile's gate and up rows are read from).
+pub fn glu_fuses(w: &Weight) -> bool {
+    w.n.is_multiple_of(2) && w.parts.len() == 1
+}
+
+/// `y[t, j] = act(x · W_gateᵀ)[t, j] · (x · W_upᵀ)[t, j]` on the tiled kernel (as
+/// [`matmul_exact`], whose sums it stores through the activation, so the result is
+/// `matmul_exact` then [`super::swiglu`] or [`super::geglu`], bit for bit, in one dispatch): `w` is
+/// a gate|up matrix of `2F` rows, `y` rows of `F`. A `w` that [`glu_fuses`] refuses is a shape
+/// error.
+pub fn matmul_glu(b: &mut Batch, x: &wgpu::Buffer, w: &Weight, y: &wgpu::Buffer, t: usize, act: Glu, kind: Variant) -> Result<()> {
+    if !glu_fuses(w) || act == Glu::None {
+        return Err(Error::shape("matmul", format!("{act:?} of a gate|up matrix of {} rows in {} parts", w.n, w.parts.len())));
+    }
+    matmul_into(b, x, w, y, t, false, true, kind, act)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -219,15 +254,23 @@ fn matmul_into(
     acc: bool,
     tiled: bool,
     kind: Variant,
+    glu: Glu,
 ) -> Result<()> {
+    // With a GLU, y's rows are the activation's: half of W's.
+    let (y_stride, glu) = match glu {
+        Glu::None => (w.n, 0),
+        Glu::SwiGlu => (w.n / 2, 1),
+        Glu::GeGlu => (w.n / 2, 2),
+    };
     need("matmul", "x", x, t * w.k)?;
-    need("matmul", "y", y, t * w.n)?;
+    need("matmul", "y", y, t * y_stride)?;
     if !tiled {
         return matvec_rows(b, x, 0, XLoad::Plain, w, y, t, acc, kind);
     }
     for part in &w.parts {
-        let consts = format_consts(part.format);
-        let params = [u(t), u(w.k), u(part.n), u(part.format.gpu_row_words(w.k)), 0, 0, u(w.n), u(part.row0)];
+        let fc = format_consts(part.format);
+        let consts = [fc[0], fc[1], fc[2], fc[3], ("GLU", glu as f64)];
+        let params = [u(t), u(w.k), u(part.n), u(part.format.gpu_row_words(w.k)), 0, 0, u(y_stride), u(part.row0)];
         let invocations = part.n.div_ceil(4);
         if runs_lanes(b.gpu(), kind, part.format) {
             // Rows past N repeat the last row at full cost (no early return: the broadcasts need
@@ -236,10 +279,10 @@ fn matmul_into(
             let unit = b.gpu().caps.subgroup_size.unwrap_or(8).max(8) as usize;
             let gx = invocations.div_ceil(MM_WG as usize);
             let wg = invocations.div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
-            let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", wg as f64), ("ACC", acc as u32 as f64)];
+            let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], ("WG", wg as f64), ("ACC", acc as u32 as f64)];
             b.dispatch(&MATMUL_LANES, &consts, &params, &[x, &part.buf, y, x, &part.buf], [u(gx), u(t.div_ceil(4)), 1])?;
         } else {
-            let consts = [consts[0], consts[1], consts[2], consts[3], ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
+            let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
             let groups = [u(invocations).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
             // The CPU-adapter variants decode a block format's rows a 32-value chunk at a time
             // (each header read once: 1.4–1.7× the quad-at-a-time decode on lavapipe,
@@ -252,8 +295,17 @@ fn matmul_into(
             // invocations on 132 SMs). A token's sums do not depend on it (matmul.wgsl).
             let tt = if kind == Variant::Coop && t < COOP_TILE_FROM { 1 } else { 4 };
             let groups = [groups[0], u(t.div_ceil(tt)), 1];
-            let consts =
-                [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("CHUNK", chunk as u32 as f64), ("TT", tt as f64)];
+            let consts = [
+                consts[0],
+                consts[1],
+                consts[2],
+                consts[3],
+                consts[4],
+                consts[5],
+                consts[6],
+                ("CHUNK", chunk as u32 as f64),
+                ("TT", tt as f64),
+            ];
             b.dispatch(&MATMUL, &consts, &params, &[x, &part.buf, y], groups)?;
         }
     }
@@ -274,6 +326,8 @@ pub enum XLoad<'a> {
     },
     /// `silu(x[:K]) · x[K:]` from rows of 2K (a fused gate|up projection's output).
     SwiGlu,
+    /// `gelu(x[:K]) · x[K:]`, likewise.
+    GeGlu,
 }
 
 /// `y[0, n] (+)= xl(x[x_row, :]) · Wᵀ`: one token's projection on the matrix-vector kernel `kind`,
@@ -304,7 +358,7 @@ fn matvec_rows(
     acc: bool,
     kind: Variant,
 ) -> Result<()> {
-    let width = if matches!(xl, XLoad::SwiGlu) { 2 * w.k } else { w.k };
+    let width = if matches!(xl, XLoad::SwiGlu | XLoad::GeGlu) { 2 * w.k } else { w.k };
     need("matvec", "x", x, (x_row + t) * width)?;
     need("matvec", "y", y, t * w.n)?;
     let xload = match xl {
@@ -314,6 +368,7 @@ fn matvec_rows(
             1
         }
         XLoad::SwiGlu => 2,
+        XLoad::GeGlu => 3,
     };
     for part in &w.parts {
         let (aux, eps) = match xl {

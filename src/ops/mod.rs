@@ -36,7 +36,7 @@ pub use head_norm::{head_norm, HeadsShape};
 pub use kv_copy::kv_copy;
 pub use kv_write::{kv_write, KvSource};
 pub(crate) use matmul::gpu_layout;
-pub use matmul::{matmul, matmul_acc, matmul_exact, matvec, Weight, XLoad};
+pub use matmul::{glu_fuses, matmul, matmul_acc, matmul_exact, matmul_glu, matvec, Glu, Weight, XLoad};
 pub use rmsnorm::{rmsnorm, rmsnorm_add};
 pub use rope::{rope, rope_table, rope_table_scaled, RopeShape};
 pub use swiglu::{geglu, swiglu};

@@ -5,7 +5,12 @@ use crate::gpu::{Access::Read, Access::ReadWrite, Batch, Kernel};
 
 use super::{groups_1d, need, u};
 
-static SWIGLU: Kernel = kernel!("swiglu", "main", [Read, ReadWrite]);
+static SWIGLU: Kernel = Kernel {
+    name: "swiglu",
+    source: concat!(include_str!("../../shaders/glu.wgsl"), include_str!("../../shaders/swiglu.wgsl")),
+    entry: "main",
+    bindings: &[Read, ReadWrite],
+};
 
 /// `y[t, j] = silu(x[t, j]) · x[t, f + j]` for a fused gate|up row of `2f`.
 pub fn swiglu(b: &mut Batch, x: &wgpu::Buffer, y: &wgpu::Buffer, t: usize, f: usize) -> Result<()> {

@@ -18,8 +18,9 @@ impl Check {
         match *self {
             Check::Matmul { format, t, k, n } => matmul(gpu, &mut rng, name, [t, k, n], format, false, reps).await,
             Check::MatmulAcc { format, t, k, n } => matmul(gpu, &mut rng, name, [t, k, n], format, true, reps).await,
+            Check::MatmulGlu { format, t, k, f, gelu } => matmul_glu(gpu, &mut rng, name, [t, k, f], format, gelu).await,
             Check::Matvec { format, k, n, x_row, op, acc, kind } => {
-                let width = if op == Fused::SwiGlu { 2 * k } else { k };
+                let width = if matches!(op, Fused::SwiGlu | Fused::GeGlu) { 2 * k } else { k };
                 let x = rng.vec((x_row + 1) * width, 1.0);
                 let nw = rng.vec(k, 1.0);
                 let wq = weights(&mut rng, format, n * k, 0.5)?;
@@ -32,11 +33,13 @@ impl Check {
                     Fused::None => row.to_vec(),
                     Fused::RmsNorm => oracle::rmsnorm(row, &nw, 1, k, 1e-5),
                     Fused::SwiGlu => oracle::swiglu(row, 1, k),
+                    Fused::GeGlu => oracle::geglu(row, 1, k),
                 };
                 let xl = match op {
                     Fused::None => XLoad::Plain,
                     Fused::RmsNorm => XLoad::RmsNorm { w: &nwb, eps: 1e-5 },
                     Fused::SwiGlu => XLoad::SwiGlu,
+                    Fused::GeGlu => XLoad::GeGlu,
                 };
                 let (mut want, mag) = oracle::matmul(&xr, &quant::dequantize(format, &wq)?, 1, k, n);
                 if acc {
@@ -338,6 +341,52 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
     }
     let (work, unit) = if t == 1 { (w.bytes() as f64, "GB/s") } else { (2.0 * (t * k * n) as f64, "GFLOP/s") };
     Ok(Report::timed(name, max_err, ms, work, unit))
+}
+
+/// `ops::matmul_glu` on every variant: within the oracle's tolerance, and the same bits as the tiled
+/// matmul into gate|up rows followed by the activation's kernel (prefill fuses them; a prompt's
+/// K/V must not depend on which path a build takes).
+async fn matmul_glu(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, f]: [usize; 3], format: Format, gelu: bool) -> Result<Report> {
+    let n = 2 * f;
+    let x = rng.vec(t * k, 1.0);
+    let wq = weights(rng, format, n * k, 0.5)?;
+    let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
+    let xb = gpu.upload("x", &x).await?;
+    let gu = gpu.storage("gate|up", 4 * (t * n) as u64).await?;
+    let (yb, y2) = (gpu.storage("y", 4 * (t * f) as u64).await?, gpu.storage("y unfused", 4 * (t * f) as u64).await?);
+    let (sums, mag) = oracle::matmul(&x, &quant::dequantize(format, &wq)?, t, k, n);
+    let want = if gelu { oracle::geglu(&sums, t, f) } else { oracle::swiglu(&sums, t, f) };
+    let act = if gelu { ops::Glu::GeGlu } else { ops::Glu::SwiGlu };
+    let mut max_err = 0f32;
+    for kind in Variant::available(gpu) {
+        ops_once(gpu, |b| ops::matmul_glu(b, &xb, &w, &yb, t, act, kind)).await?;
+        let got = gpu.read_f32(&yb, t * f).await?;
+        // The activation's error on top of the sums' (its slope is below 1.2 in magnitude, and the
+        // up value multiplies it).
+        let tol = |i: usize| {
+            let (ti, j) = (i / f, i % f);
+            let (g, u) = (sums[ti * n + j].abs(), sums[ti * n + f + j].abs());
+            1e-5 + 3e-5 * (mag[ti * n + j] * 1.2 * u + mag[ti * n + f + j] * (g + 1.0)) + 1e-5 * want[i].abs()
+        };
+        max_err = max_err.max(compare(&name, &format!("y ({kind:?})"), &got, &want, tol)?);
+        ops_once(gpu, |b| {
+            ops::matmul_exact(b, &xb, &w, &gu, t, false, kind)?;
+            if gelu {
+                ops::geglu(b, &gu, &y2, t, f)
+            } else {
+                ops::swiglu(b, &gu, &y2, t, f)
+            }
+        })
+        .await?;
+        let unfused = gpu.read_f32(&y2, t * f).await?;
+        if let Some(i) = (0..t * f).find(|&i| got[i].to_bits() != unfused[i].to_bits()) {
+            return Err(Error::Mismatch(format!(
+                "{name} ({kind:?}): y[{i}] = {} fused, {} unfused: not the same bits",
+                got[i], unfused[i]
+            )));
+        }
+    }
+    Ok(Report { name, max_err, ms: None, rate: None })
 }
 
 /// The `t` tokens of x on `kind`'s tiled kernel (prefill's `matmul_exact`; with `y0`, as

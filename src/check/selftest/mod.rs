@@ -36,6 +36,21 @@ pub enum Check {
         /// Rows of W (outputs per row of x).
         n: usize,
     },
+    /// `y = act(x · W_gateᵀ) · (x · W_upᵀ)` on every variant's tiled kernel, the activation fused
+    /// into the gate|up matmul's store (`ops::matmul_glu`): against the oracle, and bit for bit
+    /// against the tiled matmul followed by the activation's own kernel.
+    MatmulGlu {
+        /// The weight format.
+        format: Format,
+        /// Rows of x (tokens).
+        t: usize,
+        /// Row length of x and of W.
+        k: usize,
+        /// Rows of y (W has 2f: gate, then up).
+        f: usize,
+        /// GELU (GeGLU) instead of silu (SwiGLU).
+        gelu: bool,
+    },
     /// One token's projection on a matrix-vector kernel, from row `x_row` of x, with the op
     /// before it fused into the x-load, `y +=` with `acc`.
     Matvec {
@@ -225,6 +240,8 @@ pub enum Fused {
     RmsNorm,
     /// SwiGLU of an x row of gate | up (`2·k` values).
     SwiGlu,
+    /// GeGLU (GELU's tanh approximation) of an x row of gate | up.
+    GeGlu,
 }
 
 /// What a check measured.
@@ -246,6 +263,9 @@ impl Check {
         match self {
             Check::Matmul { format, t, k, n } => format!("matmul {} T={t} K={k} N={n}", format.name()),
             Check::MatmulAcc { format, t, k, n } => format!("matmul+= {} T={t} K={k} N={n}", format.name()),
+            Check::MatmulGlu { format, t, k, f, gelu } => {
+                format!("matmul+{} {} T={t} K={k} F={f}", if *gelu { "geglu" } else { "swiglu" }, format.name())
+            }
             Check::Matvec { format, k, n, x_row, op, acc, kind } => {
                 format!("matvec {kind:?} {} K={k} N={n} x_row={x_row} fused={op:?}{}", format.name(), if *acc { " +=" } else { "" })
             }
@@ -289,13 +309,15 @@ impl Check {
             v.push(Check::Embed { format, t: 4, vocab: 50, dim: k(64) });
         }
         for kind in [Variant::Rows, Variant::Coop] {
-            for (op, acc) in [(Fused::RmsNorm, false), (Fused::SwiGlu, true)] {
+            for (op, acc) in [(Fused::RmsNorm, false), (Fused::SwiGlu, true), (Fused::GeGlu, false)] {
                 v.push(Check::Matvec { format: Format::Q4_1, k: 64, n: 37, x_row: 1, op, acc, kind });
                 v.push(Check::Matvec { format: Format::Q4_K, k: 256, n: 37, x_row: 1, op, acc, kind });
             }
             v.push(Check::Matvec { format: Format::Q8_0, k: 96, n: 33, x_row: 0, op: Fused::RmsNorm, acc: false, kind });
         }
         v.push(Check::Parts { formats: [Format::Q6_K, Format::Q8_0], t: 5, k: 256, n: 150, group_rows: 1 });
+        v.push(Check::MatmulGlu { format: Format::Q4_1, t: 5, k: 64, f: 18, gelu: false });
+        v.push(Check::MatmulGlu { format: Format::Q4_K, t: 6, k: 256, f: 34, gelu: true });
         v.push(Check::ArgmaxFeed { n: 1000, slot: 2 });
         v.push(Check::TopK { n: 3000, k: 64, cap: 128, window: 5, flat: false });
         v.push(Check::TopK { n: 100, k: 256, cap: 512, window: 3, flat: false });
