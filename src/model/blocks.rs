@@ -14,7 +14,7 @@
 use crate::cache::kv::KvCache;
 use crate::error::Result;
 use crate::gpu::Batch;
-use crate::ops::{self, AttnShape, HeadsShape, KvSource, RopeShape, Split, Weight, XLoad};
+use crate::ops::{self, AttnShape, HeadsShape, Split, Weight, XLoad};
 
 use super::config::Act;
 use super::{Logits, Model};
@@ -108,10 +108,7 @@ impl Pass<'_, '_> {
         }
         let shape = match self.mode {
             Mode::Prefill { start, t, .. } => {
-                let rope = RopeShape { t, heads: c.n_head + c.n_kv_head, row_stride: qkv_w, head_dim: hd };
-                ops::rope(self.b, &s.qkv, &s.pos, rope_table, &rope)?;
-                let src = KvSource { t, row_stride: qkv_w, k_off: c.n_head * hd, v_off: (c.n_head + c.n_kv_head) * hd };
-                ops::kv_write(self.b, &s.qkv, &src, &s.pos, self.table, self.table_len, kv)?;
+                ops::rope_kv_write(self.b, &s.qkv, t, c.n_head, qkv_w, &s.pos, rope_table, self.table, self.table_len, kv)?;
                 AttnShape {
                     t,
                     n_head: c.n_head,

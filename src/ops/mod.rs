@@ -25,6 +25,7 @@ mod kv_write;
 mod matmul;
 mod rmsnorm;
 mod rope;
+mod rope_kv;
 mod swiglu;
 mod topk;
 
@@ -39,6 +40,7 @@ pub(crate) use matmul::gpu_layout;
 pub use matmul::{glu_fuses, matmul, matmul_acc, matmul_exact, matmul_glu, matvec, Glu, Weight, XLoad};
 pub use rmsnorm::{rmsnorm, rmsnorm_add};
 pub use rope::{rope, rope_table, rope_table_scaled, RopeShape};
+pub use rope_kv::rope_kv_write;
 pub use swiglu::{geglu, swiglu};
 pub use topk::{topk, Top, TopkLayout};
 

@@ -238,6 +238,9 @@ impl Check {
                 }
                 Ok(Report { name, max_err: 0.0, ms: None, rate: None })
             }
+            Check::RopeKv { past, t, n_head, n_kv, head_dim, page, pool } => {
+                rope_kv(gpu, &mut rng, name, [past, t, n_head, n_kv, head_dim, page, pool]).await
+            }
             Check::Attention { past, t, n_head, n_kv, head_dim, page, pool } => {
                 attention(gpu, &mut rng, name, [past, t, n_head, n_kv, head_dim, page, pool], reps).await
             }
@@ -445,6 +448,59 @@ fn page_table(rng: &mut Rng, ctx: usize, page: usize, pool: usize) -> Result<Vec
     }
     ids.truncate(n_pages);
     Ok(ids)
+}
+
+/// `ops::rope_kv_write` against `rope` then `kv_write` on the same rows, pages and table: Q and
+/// every page word the same bits (the pages start as random words, so a word either path leaves
+/// alone must be left alone by both).
+async fn rope_kv(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7]) -> Result<Report> {
+    let [past, t, n_head, n_kv, hd, page, pool] = s;
+    let ids = page_table(rng, past + t, page, pool)?;
+    let (qw, kw) = (n_head * hd, n_kv * hd);
+    let stride = qw + 2 * kw + 2; // and two floats of padding a row
+    let rows = rng.vec(t * stride, 2.0);
+    let pos: Vec<u32> = (past as u32..(past + t) as u32).collect();
+    let (tb, pb) = (gpu.upload("page table", &ids).await?, gpu.upload("pos", &pos).await?);
+    let max_pos = past + t + 7;
+    let table: Vec<f32> = ops::rope_table(max_pos, hd, 10000.0).into_iter().flatten().collect();
+    let rope = gpu.upload("rope", &table).await?;
+    let words = pool * n_kv * page * hd / 2;
+    let (k0, v0): (Vec<u32>, Vec<u32>) = (0..words).map(|_| (rng.next_u64() as u32, rng.next_u64() as u32)).unzip();
+    let mut out = Vec::new();
+    for fused in [false, true] {
+        let kv = KvPages::new(gpu, pool, page, n_kv, hd).await?;
+        gpu.write(&kv.k, 0, &k0);
+        gpu.write(&kv.v, 0, &v0);
+        let rb = gpu.upload("qkv", &rows).await?;
+        ops_once(gpu, |b| {
+            if fused {
+                return ops::rope_kv_write(b, &rb, t, n_head, stride, &pb, &rope, &tb, ids.len(), &kv);
+            }
+            let shape = RopeShape { t, heads: n_head + n_kv, row_stride: stride, head_dim: hd };
+            ops::rope(b, &rb, &pb, &rope, &shape)?;
+            let src = KvSource { t, row_stride: stride, k_off: qw, v_off: qw + kw };
+            ops::kv_write(b, &rb, &src, &pb, &tb, ids.len(), &kv)
+        })
+        .await?;
+        let q: Vec<f32> = gpu.read_f32(&rb, t * stride).await?.chunks_exact(stride).flat_map(|r| r[..qw].to_vec()).collect();
+        let k: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu.read(&kv.k, kv.k.size()).await?);
+        let v: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu.read(&kv.v, kv.v.size()).await?);
+        out.push((q, k, v));
+    }
+    let ((q0, ka, va), (q1, kb, vb)) = (&out[0], &out[1]);
+    if let Some(i) = (0..q0.len()).find(|&i| q0[i].to_bits() != q1[i].to_bits()) {
+        return Err(Error::Mismatch(format!("{name}: q[{i}] = {} fused, {} rope then kv_write", q1[i], q0[i])));
+    }
+    for (what, a, b) in [("k", ka, kb), ("v", va, vb)] {
+        if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
+            return Err(Error::Mismatch(format!("{name}: {what} page word {i} = {:#x} fused, {:#x} rope then kv_write", b[i], a[i])));
+        }
+    }
+    // And the pages were written at all (the new tokens' words differ from the random start).
+    if ka == &k0 {
+        return Err(Error::Mismatch(format!("{name}: no K page word written")));
+    }
+    Ok(Report { name, max_err: 0.0, ms: None, rate: None })
 }
 
 async fn attention(gpu: &Gpu, rng: &mut Rng, name: String, s: [usize; 7], reps: usize) -> Result<Report> {
