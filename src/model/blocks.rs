@@ -5,9 +5,11 @@
 //! A [`Pass`] records in one of two modes:
 //! - **prefill** (`T` tokens): tiled matmuls and fixed attention slices, so that every row comes
 //!   out the same whatever chunk it is in (`ops::matmul_exact`): a prompt whose prefix came from
-//!   the cache gets the K/V a cold run computes, bit for bit;
-//! - **decode** (one token): matrix-vector kernels with the RMSNorms and the SwiGLU fused into
-//!   their x-loads (when `Model::fuse_decode`), and RoPE and the KV write fused into attention:
+//!   the cache gets the K/V a cold run computes, bit for bit. RoPE and the KV write are one
+//!   dispatch, and the gated activation is fused into the gate|up matmul's store: 8 dispatches a
+//!   llama layer (9 when attention merges slices), 10 (11) before these fusions;
+//! - **decode** (one token): matrix-vector kernels with the RMSNorms and the gated activation fused
+//!   into their x-loads (when `Model::fuse_decode`), and RoPE and the KV write fused into attention:
 //!   5 dispatches a layer fused (6 when attention splits its positions and merges them), 8 (9)
 //!   unfused, plus the embedding, the head and the argmax.
 
