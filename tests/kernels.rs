@@ -187,9 +187,11 @@ gpu_test!(bias,
 
 // The QK-norm: Q's heads at the start of a Q|K|V row, K's after them, odd head counts.
 gpu_test!(head_norm,
-    native: [Check::HeadNorm { t: 1, heads: 14, skip: 0, head_dim: 64 }, Check::HeadNorm { t: 29, heads: 3, skip: 7, head_dim: 128 },
-             Check::HeadNorm { t: 5, heads: 1, skip: 4, head_dim: 256 }],
-    browser: [Check::HeadNorm { t: 3, heads: 2, skip: 1, head_dim: 16 }]);
+    native: [Check::HeadNorm { t: 1, heads: 16, skip: 0, head_dim: 64, split: 14 },
+             Check::HeadNorm { t: 29, heads: 3, skip: 7, head_dim: 128, split: 3 },
+             Check::HeadNorm { t: 5, heads: 5, skip: 0, head_dim: 256, split: 4 },
+             Check::HeadNorm { t: 4, heads: 2, skip: 1, head_dim: 32, split: 0 }],
+    browser: [Check::HeadNorm { t: 3, heads: 3, skip: 1, head_dim: 16, split: 2 }]);
 
 gpu_test!(swiglu,
     native: [Check::SwiGlu { t: 1, f: 1536 }, Check::SwiGlu { t: 45, f: 97 }],

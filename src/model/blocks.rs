@@ -104,9 +104,9 @@ impl Pass<'_, '_> {
         }
         if let Some((qn, kn)) = &layer.qk_norm {
             // Qwen3: RMSNorm of each Q and K head before RoPE.
-            let heads = |heads, off| HeadsShape { t, heads, row_stride: qkv_w, off, head_dim: hd };
-            ops::head_norm(self.b, &s.qkv, qn, &heads(c.n_head, 0), c.eps)?;
-            ops::head_norm(self.b, &s.qkv, kn, &heads(c.n_kv_head, c.n_head * hd), c.eps)?;
+            // Q's heads with Q's weight, then K's with K's: one dispatch.
+            let heads = HeadsShape { t, heads: c.n_head + c.n_kv_head, row_stride: qkv_w, off: 0, head_dim: hd, split: c.n_head };
+            ops::head_norm(self.b, &s.qkv, [qn, kn], &heads, c.eps)?;
         }
         let shape = match self.mode {
             Mode::Prefill { start, t, .. } => {

@@ -90,15 +90,16 @@ impl Check {
                 let max_err = compare(&name, "x", &got, &want, |_| 0.0)?;
                 Ok(Report { name, max_err, ms: None, rate: None })
             }
-            Check::HeadNorm { t, heads, skip, head_dim } => {
+            Check::HeadNorm { t, heads, skip, head_dim, split } => {
                 let stride = (skip + heads + 1) * head_dim;
-                let (x, w) = (rng.vec(t * stride, 2.0), rng.vec(head_dim, 1.0));
-                let (xb, wb) = (gpu.upload("x", &x).await?, gpu.upload("w", &w).await?);
-                let shape = ops::HeadsShape { t, heads, row_stride: stride, off: skip * head_dim, head_dim };
-                ops_once(gpu, |b| ops::head_norm(b, &xb, &wb, &shape, 1e-6)).await?;
+                let (x, w, w2) = (rng.vec(t * stride, 2.0), rng.vec(head_dim, 1.0), rng.vec(head_dim, 1.0));
+                let (xb, wb, w2b) = (gpu.upload("x", &x).await?, gpu.upload("w", &w).await?, gpu.upload("w2", &w2).await?);
+                let shape = ops::HeadsShape { t, heads, row_stride: stride, off: skip * head_dim, head_dim, split };
+                ops_once(gpu, |b| ops::head_norm(b, &xb, [&wb, &w2b], &shape, 1e-6)).await?;
                 let got = gpu.read_f32(&xb, t * stride).await?;
                 let mut want = x.clone();
-                oracle::head_norm(&mut want, &w, stride, skip * head_dim, heads, 1e-6);
+                oracle::head_norm(&mut want, &w, stride, skip * head_dim, split, 1e-6);
+                oracle::head_norm(&mut want, &w2, stride, (skip + split) * head_dim, heads - split, 1e-6);
                 let max_err = compare(&name, "x", &got, &want, |i| 1e-6 + 1e-5 * want[i].abs())?;
                 Ok(Report { name, max_err, ms: None, rate: None })
             }

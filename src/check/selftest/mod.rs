@@ -109,8 +109,9 @@ pub enum Check {
         /// Values per row.
         n: usize,
     },
-    /// RMSNorm of `heads` heads in place, after `skip` heads, in rows of `heads + skip + 1` heads
-    /// (the QK-norm on Q or on K of a fused Q|K|V row).
+    /// RMSNorm of `heads` heads in place, after `skip` heads, in rows of `heads + skip + 1` heads,
+    /// the first `split` with one weight and the rest with another (the QK-norm on Q and K of a
+    /// fused Q|K|V row).
     HeadNorm {
         /// Rows.
         t: usize,
@@ -120,6 +121,8 @@ pub enum Check {
         skip: usize,
         /// Width of one head.
         head_dim: usize,
+        /// Heads normalized with the first weight.
+        split: usize,
     },
     /// RoPE on Q and K of `t` Q|K|V rows and K/V into their pages in one dispatch
     /// (`ops::rope_kv_write`), at positions `past..past + t`: the same bits as `rope` then
@@ -298,7 +301,9 @@ impl Check {
             }
             Check::RopeScaled { t, heads, head_dim, n_rot } => format!("rope scaled T={t} heads={heads} hd={head_dim} n_rot={n_rot}"),
             Check::Bias { t, n } => format!("bias T={t} N={n}"),
-            Check::HeadNorm { t, heads, skip, head_dim } => format!("head_norm T={t} heads={heads} skip={skip} hd={head_dim}"),
+            Check::HeadNorm { t, heads, skip, head_dim, split } => {
+                format!("head_norm T={t} heads={heads} (split at {split}) skip={skip} hd={head_dim}")
+            }
             Check::Embed { format, t, vocab, dim } => format!("embed {} T={t} vocab={vocab} dim={dim}", format.name()),
             Check::Parts { formats, t, k, n, group_rows } => {
                 format!("parts {}|{} T={t} K={k} N={n} rows/part={}", formats[0].name(), formats[1].name(), group_rows * quant::ROW_GROUP)
@@ -355,7 +360,7 @@ impl Check {
             Check::SwiGlu { t: 3, f: 37 },
             Check::RopeScaled { t: 3, heads: 2, head_dim: 16, n_rot: 8 },
             Check::Bias { t: 3, n: 37 },
-            Check::HeadNorm { t: 3, heads: 2, skip: 1, head_dim: 16 },
+            Check::HeadNorm { t: 3, heads: 3, skip: 1, head_dim: 16, split: 2 },
             Check::Argmax { rows: 3, n: 1000 },
             Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
             Check::Attention { past: 0, t: 1, n_head: 3, n_kv: 3, head_dim: 8, page: 2, pool: 2 },
