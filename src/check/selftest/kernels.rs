@@ -347,9 +347,10 @@ async fn matmul(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, n]: [usize; 3], f
     Ok(Report::timed(name, max_err, ms, work, unit))
 }
 
-/// `ops::matmul_glu` on every variant: within the oracle's tolerance, and the same bits as the tiled
+/// `ops::matmul_glu` on every variant: within the oracle's tolerance; the same bits as the tiled
 /// matmul into gate|up rows followed by the activation's kernel (prefill fuses them; a prompt's
-/// K/V must not depend on which path a build takes).
+/// K/V must not depend on which path a build takes); a few tokens alone the same bits as with the
+/// others.
 async fn matmul_glu(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, f]: [usize; 3], format: Format, gelu: bool) -> Result<Report> {
     let n = 2 * f;
     let x = rng.vec(t * k, 1.0);
@@ -388,6 +389,23 @@ async fn matmul_glu(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, f]: [usize; 3
                 "{name} ({kind:?}): y[{i}] = {} fused, {} unfused: not the same bits",
                 got[i], unfused[i]
             )));
+        }
+        // A few tokens alone, from the first and from the last: the same bits as with the others
+        // (a cached prefix and a new suffix get what the whole prompt at once gets).
+        let m = (t / 2).clamp(1, 5);
+        for j0 in [0, t - m] {
+            let xh = gpu.upload("x alone", &x[j0 * k..(j0 + m) * k]).await?;
+            ops_once(gpu, |b| ops::matmul_glu(b, &xh, &w, &y2, m, act, kind)).await?;
+            let alone = gpu.read_f32(&y2, m * f).await?;
+            if let Some(i) = (0..m * f).find(|&i| alone[i].to_bits() != got[j0 * f + i].to_bits()) {
+                return Err(Error::Mismatch(format!(
+                    "{name} ({kind:?}): token {} alone gives {} at column {}, with the others {}",
+                    j0 + i / f,
+                    alone[i],
+                    i % f,
+                    got[j0 * f + i]
+                )));
+            }
         }
     }
     Ok(Report { name, max_err, ms: None, rate: None })
