@@ -168,14 +168,6 @@ gpu_test!(rope,
              Check::Rope { t: 77, heads: 12, extra_heads: 3, head_dim: 64, max_pos: 8192 }],
     browser: [Check::Rope { t: 5, heads: 3, extra_heads: 1, head_dim: 16, max_pos: 300 }]);
 
-// RoPE and the KV write in one dispatch (prefill): GQA, Gemma-3's 256-wide heads, a suffix that
-// starts inside a page and runs over page boundaries.
-gpu_test!(rope_kv,
-    native: [Check::RopeKv { past: 0, t: 37, n_head: 9, n_kv: 3, head_dim: 64, page: 16, pool: 5 },
-             Check::RopeKv { past: 21, t: 25, n_head: 4, n_kv: 1, head_dim: 256, page: 16, pool: 6 },
-             Check::RopeKv { past: 3, t: 1, n_head: 2, n_kv: 2, head_dim: 8, page: 4, pool: 3 }],
-    browser: [Check::RopeKv { past: 5, t: 6, n_head: 3, n_kv: 1, head_dim: 16, page: 4, pool: 5 }]);
-
 // Llama-3's frequency factors over a full and a partial rotation (the unrotated dims untouched).
 gpu_test!(rope_scaled,
     native: [Check::RopeScaled { t: 33, heads: 5, head_dim: 64, n_rot: 64 }, Check::RopeScaled { t: 7, heads: 3, head_dim: 96, n_rot: 32 }],

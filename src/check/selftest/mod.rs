@@ -124,25 +124,6 @@ pub enum Check {
         /// Heads normalized with the first weight.
         split: usize,
     },
-    /// RoPE on Q and K of `t` Q|K|V rows and K/V into their pages in one dispatch
-    /// (`ops::rope_kv_write`), at positions `past..past + t`: the same bits as `rope` then
-    /// `kv_write` (Q in the rows, and every page word).
-    RopeKv {
-        /// Positions before the new tokens.
-        past: usize,
-        /// New tokens.
-        t: usize,
-        /// Q heads.
-        n_head: usize,
-        /// KV heads.
-        n_kv: usize,
-        /// Width of a head.
-        head_dim: usize,
-        /// Positions a page.
-        page: usize,
-        /// Pages in the pool.
-        pool: usize,
-    },
     /// SwiGLU: rows of gate | up (`2·f` values) into rows of `f`.
     SwiGlu {
         /// Rows (tokens).
@@ -207,6 +188,8 @@ pub enum Check {
         flat: bool,
     },
     /// `past` tokens already cached, then `t` new ones; pages shuffled in a pool of `pool` pages.
+    /// Also prefill's RoPE and KV write in one dispatch (`ops::rope_kv_write`) on this shape: the
+    /// same bits as `rope` then `kv_write`.
     Attention {
         /// Tokens cached before the new ones.
         past: usize,
@@ -296,9 +279,6 @@ impl Check {
                 format!("rope T={t} heads={heads}+{extra_heads} hd={head_dim} max_pos={max_pos}")
             }
             Check::SwiGlu { t, f } => format!("swiglu T={t} F={f}"),
-            Check::RopeKv { past, t, n_head, n_kv, head_dim, page, pool } => {
-                format!("rope+kv_write (fused) past={past} T={t} heads={n_head}/{n_kv} hd={head_dim} page={page} pool={pool}")
-            }
             Check::RopeScaled { t, heads, head_dim, n_rot } => format!("rope scaled T={t} heads={heads} hd={head_dim} n_rot={n_rot}"),
             Check::Bias { t, n } => format!("bias T={t} N={n}"),
             Check::HeadNorm { t, heads, skip, head_dim, split } => {
@@ -343,7 +323,6 @@ impl Check {
             v.push(Check::Matvec { format: Format::Q8_0, k: 96, n: 33, x_row: 0, op: Fused::RmsNorm, acc: false, kind });
         }
         v.push(Check::Parts { formats: [Format::Q6_K, Format::Q8_0], t: 5, k: 256, n: 150, group_rows: 1 });
-        v.push(Check::RopeKv { past: 5, t: 6, n_head: 3, n_kv: 1, head_dim: 16, page: 4, pool: 5 });
         v.push(Check::MatmulGlu { format: Format::Q4_1, t: 5, k: 64, f: 18, gelu: false });
         v.push(Check::MatmulGlu { format: Format::Q4_K, t: 6, k: 256, f: 34, gelu: true });
         v.push(Check::ArgmaxFeed { n: 1000, slot: 2 });
