@@ -120,13 +120,15 @@ gpu_test!(matmul_accumulate,
     browser: [Check::MatmulAcc { format: Format::Q4_1, t: 1, k: 64, n: 33 }, Check::MatmulAcc { format: Format::Q4_1, t: 5, k: 64, n: 33 }]);
 
 // The gated activation fused into the tiled gate|up matmul's store (prefill): both activations,
-// block and float formats, odd T, F not a multiple of any workgroup, tiles past the end.
+// block and float formats, odd T, F not a multiple of any workgroup, tiles past the end; an odd F
+// refused.
 gpu_test!(matmul_glu,
     native: [Check::MatmulGlu { format: Format::Q4_1, t: 25, k: 576, f: 1536, gelu: false },
              Check::MatmulGlu { format: Format::Q4_K, t: 7, k: 512, f: 46, gelu: true },
              Check::MatmulGlu { format: Format::Q5_0, t: 70, k: 640, f: 102, gelu: true },
              Check::MatmulGlu { format: Format::Q6_K, t: 3, k: 256, f: 2, gelu: false },
-             Check::MatmulGlu { format: Format::F16, t: 9, k: 100, f: 34, gelu: true }],
+             Check::MatmulGlu { format: Format::F16, t: 9, k: 100, f: 34, gelu: true },
+             Check::MatmulGlu { format: Format::Q4_1, t: 5, k: 64, f: 45, gelu: false }],
     browser: [Check::MatmulGlu { format: Format::Q8_0, t: 5, k: 64, f: 18, gelu: true },
               Check::MatmulGlu { format: Format::F32, t: 3, k: 36, f: 10, gelu: false }]);
 

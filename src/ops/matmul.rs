@@ -226,10 +226,11 @@ pub enum Glu {
     GeGlu,
 }
 
-/// Whether [`matmul_glu`] takes `w`: an even number of rows (gate, then as many of up) in one
-/// part (one format and one buffer, which a tile's gate and up rows are read from).
+/// Whether [`matmul_glu`] takes `w`: gate rows then as many up rows, F of each with F even (a
+/// tile takes rows in pairs, and `matmul_lanes` loads a pair, which starts at an even row, as one
+/// u64), in one part (one format and one buffer, which a tile's gate and up rows are read from).
 pub fn glu_fuses(w: &Weight) -> bool {
-    w.n.is_multiple_of(2) && w.parts.len() == 1
+    w.n.is_multiple_of(4) && w.parts.len() == 1
 }
 
 /// `y[t, j] = act(x · W_gateᵀ)[t, j] · (x · W_upᵀ)[t, j]` on the tiled kernel (as
