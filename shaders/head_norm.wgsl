@@ -33,8 +33,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         ss += x[b + i] * x[b + i];
     }
     let s = inverseSqrt(workgroup_sum(l, ss) / f32(p.hd) + p.eps);
-    for (var i = l; i < p.hd; i += WG) {
-        let g = select(w2[i], w[i], h < p.split);
-        x[b + i] = x[b + i] * s * g;
+    // A workgroup is one head: the branch is uniform, and only its own weight is read.
+    if h < p.split {
+        for (var i = l; i < p.hd; i += WG) {
+            x[b + i] = x[b + i] * s * w[i];
+        }
+    } else {
+        for (var i = l; i < p.hd; i += WG) {
+            x[b + i] = x[b + i] * s * w2[i];
+        }
     }
 }

@@ -353,20 +353,18 @@ async fn matmul_glu(gpu: &Gpu, rng: &mut Rng, name: String, [t, k, f]: [usize; 3
     let x = rng.vec(t * k, 1.0);
     let wq = weights(rng, format, n * k, 0.5)?;
     let w = Weight::upload(gpu, "w", format, &wq, n, k).await?;
-    let xb = gpu.upload("x", &x).await?;
-    let gu = gpu.storage("gate|up", 4 * (t * n) as u64).await?;
-    let (yb, y2) = (gpu.storage("y", 4 * (t * f) as u64).await?, gpu.storage("y unfused", 4 * (t * f) as u64).await?);
+    let (xb, yb) = (gpu.upload("x", &x).await?, gpu.storage("y", 4 * (t * f) as u64).await?);
+    let act = if gelu { ops::Glu::GeGlu } else { ops::Glu::SwiGlu };
     // An odd F is refused (the model then runs the activation's own kernel).
     if f % 2 == 1 {
-        let act = if gelu { ops::Glu::GeGlu } else { ops::Glu::SwiGlu };
         return match ops_once(gpu, |b| ops::matmul_glu(b, &xb, &w, &yb, t, act, Variant::for_adapter(gpu))).await {
             Err(Error::Shape { .. }) if !ops::glu_fuses(&w) => Ok(Report { name, max_err: 0.0, ms: None, rate: None }),
             other => Err(Error::Mismatch(format!("{name}: an odd F not refused as a shape error: {:?}", other.map(|_| ())))),
         };
     }
+    let (gu, y2) = (gpu.storage("gate|up", 4 * (t * n) as u64).await?, gpu.storage("y unfused", 4 * (t * f) as u64).await?);
     let (sums, mag) = oracle::matmul(&x, &quant::dequantize(format, &wq)?, t, k, n);
     let want = if gelu { oracle::geglu(&sums, t, f) } else { oracle::swiglu(&sums, t, f) };
-    let act = if gelu { ops::Glu::GeGlu } else { ops::Glu::SwiGlu };
     let mut max_err = 0f32;
     for kind in Variant::available(gpu) {
         ops_once(gpu, |b| ops::matmul_glu(b, &xb, &w, &yb, t, act, kind)).await?;
@@ -475,8 +473,8 @@ fn page_table(rng: &mut Rng, ctx: usize, page: usize, pool: usize) -> Result<Vec
 }
 
 /// `ops::rope_kv_write` (prefill's RoPE and KV write in one dispatch) against `rope` then
-/// `kv_write` on the same rows, pages and table: Q and every page word the same bits (the pages start as random words, so a word either path leaves
-/// alone must be left alone by both).
+/// `kv_write` on the same rows, pages and table: Q and every page word the same bits (the pages
+/// start as random words, so a word either path leaves alone must be left alone by both).
 async fn rope_kv(gpu: &Gpu, rng: &mut Rng, name: &str, s: [usize; 7]) -> Result<()> {
     let [past, t, n_head, n_kv, hd, page, pool] = s;
     let ids = page_table(rng, past + t, page, pool)?;
