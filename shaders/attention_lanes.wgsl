@@ -20,8 +20,8 @@
 // SHADER_INT64 features. No `enable subgroups;`: naga (wgpu 30) rejects it, and WebGPU has no
 // u64, so the kernel is used natively only.
 
-// Lanes per item (a power of two that divides the subgroup size) and quads per lane (1–4, so
-// head dim = 4 · L · QPL).
+// Lanes per item (a power of two that divides the subgroup size) and quads per lane (1–8, so
+// head dim = 4 · L · QPL: 8 for Gemma-3's heads of 256 on 8 lanes).
 override L: u32 = 8u;
 override QPL: u32 = 2u;
 // Sets of 4 query rows per item (1, 2 or 4).
@@ -38,10 +38,18 @@ struct Rows {
     q1: mat4x4<f32>,
     q2: mat4x4<f32>,
     q3: mat4x4<f32>,
+    q4: mat4x4<f32>,
+    q5: mat4x4<f32>,
+    q6: mat4x4<f32>,
+    q7: mat4x4<f32>,
     a0: mat4x4<f32>,
     a1: mat4x4<f32>,
     a2: mat4x4<f32>,
     a3: mat4x4<f32>,
+    a4: mat4x4<f32>,
+    a5: mat4x4<f32>,
+    a6: mat4x4<f32>,
+    a7: mat4x4<f32>,
     m: vec4<f32>,
     l: vec4<f32>,
     lo: vec4<u32>,
@@ -88,6 +96,18 @@ fn rows_init(f0: u32, g: u32, lane: u32, split: u32) -> Rows {
         if QPL > 3u {
             r.q3[c] = q_quad(f, g, lane + 3u * L);
         }
+        if QPL > 4u {
+            r.q4[c] = q_quad(f, g, lane + 4u * L);
+        }
+        if QPL > 5u {
+            r.q5[c] = q_quad(f, g, lane + 5u * L);
+        }
+        if QPL > 6u {
+            r.q6[c] = q_quad(f, g, lane + 6u * L);
+        }
+        if QPL > 7u {
+            r.q7[c] = q_quad(f, g, lane + 7u * L);
+        }
     }
     return r;
 }
@@ -97,8 +117,9 @@ fn update(a: mat4x4<f32>, v: vec4<f32>, corr: vec4<f32>, e: vec4<f32>) -> mat4x4
     return mat4x4<f32>(a[0] * corr.x + v * e.x, a[1] * corr.y + v * e.y, a[2] * corr.z + v * e.z, a[3] * corr.w + v * e.w);
 }
 
-// vec4 · mat4x4: this lane's K quads dotted with each of a set's four rows' q quads.
-fn partial(r: Rows, k: mat4x4<f32>) -> vec4<f32> {
+// vec4 · mat4x4: this lane's K quads (k: 0..3, k2: 4..7) dotted with each of a set's four rows'
+// q quads.
+fn partial(r: Rows, k: mat4x4<f32>, k2: mat4x4<f32>) -> vec4<f32> {
     var s = k[0] * r.q0;
     if QPL > 1u {
         s += k[1] * r.q1;
@@ -109,11 +130,24 @@ fn partial(r: Rows, k: mat4x4<f32>) -> vec4<f32> {
     if QPL > 3u {
         s += k[3] * r.q3;
     }
+    if QPL > 4u {
+        s += k2[0] * r.q4;
+    }
+    if QPL > 5u {
+        s += k2[1] * r.q5;
+    }
+    if QPL > 6u {
+        s += k2[2] * r.q6;
+    }
+    if QPL > 7u {
+        s += k2[3] * r.q7;
+    }
     return s;
 }
 
-// A set's sums updated for one position: column r rescaled by corr[r], plus e[r]·v.
-fn update_set(r: ptr<function, Rows>, v: mat4x4<f32>, corr: vec4<f32>, e: vec4<f32>) {
+// A set's sums updated for one position: column r rescaled by corr[r], plus e[r]·v (v: quads
+// 0..3, v2: 4..7).
+fn update_set(r: ptr<function, Rows>, v: mat4x4<f32>, v2: mat4x4<f32>, corr: vec4<f32>, e: vec4<f32>) {
     (*r).a0 = update((*r).a0, v[0], corr, e);
     if QPL > 1u {
         (*r).a1 = update((*r).a1, v[1], corr, e);
@@ -124,12 +158,24 @@ fn update_set(r: ptr<function, Rows>, v: mat4x4<f32>, corr: vec4<f32>, e: vec4<f
     if QPL > 3u {
         (*r).a3 = update((*r).a3, v[3], corr, e);
     }
+    if QPL > 4u {
+        (*r).a4 = update((*r).a4, v2[0], corr, e);
+    }
+    if QPL > 5u {
+        (*r).a5 = update((*r).a5, v2[1], corr, e);
+    }
+    if QPL > 6u {
+        (*r).a6 = update((*r).a6, v2[2], corr, e);
+    }
+    if QPL > 7u {
+        (*r).a7 = update((*r).a7, v2[3], corr, e);
+    }
 }
 
-// Position j (this lane's K and V quads, a column per quad) for the four rows.
-fn rows_step(r0: Rows, k: mat4x4<f32>, v: mat4x4<f32>, j: u32) -> Rows {
+// Position j (this lane's K and V quads, a column per quad; k2, v2: quads 4..7) for the four rows.
+fn rows_step(r0: Rows, k: mat4x4<f32>, k2: mat4x4<f32>, v: mat4x4<f32>, v2: mat4x4<f32>, j: u32) -> Rows {
     var r = r0;
-    var s = partial(r, k);
+    var s = partial(r, k, k2);
     for (var o = L / 2u; o > 0u; o /= 2u) {
         s += subgroupShuffleXor(s, o);
     }
@@ -142,7 +188,7 @@ fn rows_step(r0: Rows, k: mat4x4<f32>, v: mat4x4<f32>, j: u32) -> Rows {
     let e = select(vec4<f32>(0.0), select(x, vec4<f32>(1.0), up), valid);
     r.m = select(r.m, max(r.m, s), valid);
     r.l = r.l * corr + e;
-    update_set(&r, v, corr, e);
+    update_set(&r, v, v2, corr, e);
     return r;
 }
 
@@ -193,22 +239,22 @@ fn gather(v: vec2<f32>, si: u32) -> vec4<f32> {
 
 // WIDE: position j (this lane's K and V quads) for every row of the item.
 fn step_wide(ra: ptr<function, Rows>, rb: ptr<function, Rows>, rc: ptr<function, Rows>, rd: ptr<function, Rows>, o: ptr<function, Own>,
-             k: mat4x4<f32>, v: mat4x4<f32>, j: u32, lane: u32) {
+             k: mat4x4<f32>, k2: mat4x4<f32>, v: mat4x4<f32>, v2: mat4x4<f32>, j: u32, lane: u32) {
     let b2 = (lane & 4u) != 0u;
     let b1 = (lane & 2u) != 0u;
     let b0 = (lane & 1u) != 0u;
-    let sa = partial(*ra, k);
+    let sa = partial(*ra, k, k2);
     var s: vec2<f32>;
     if SETS == 4u {
-        let sb = partial(*rb, k);
-        let sc = partial(*rc, k);
-        let sd = partial(*rd, k);
+        let sb = partial(*rb, k, k2);
+        let sc = partial(*rc, k, k2);
+        let sd = partial(*rd, k, k2);
         let k0 = select(sa, sc, b2) + subgroupShuffleXor(select(sc, sa, b2), 4u);
         let k1 = select(sb, sd, b2) + subgroupShuffleXor(select(sd, sb, b2), 4u);
         let k2 = select(k0, k1, b1) + subgroupShuffleXor(select(k1, k0, b1), 2u);
         s = select(k2.xy, k2.zw, b0) + subgroupShuffleXor(select(k2.zw, k2.xy, b0), 1u);
     } else if SETS == 2u {
-        let sb = partial(*rb, k);
+        let sb = partial(*rb, k, k2);
         let k0 = select(sa, sb, b2) + subgroupShuffleXor(select(sb, sa, b2), 4u);
         let k1 = select(k0.xy, k0.zw, b1) + subgroupShuffleXor(select(k0.zw, k0.xy, b1), 2u);
         s = vec2<f32>(select(k1.x, k1.y, b0) + subgroupShuffleXor(select(k1.y, k1.x, b0), 1u));
@@ -225,13 +271,13 @@ fn step_wide(ra: ptr<function, Rows>, rb: ptr<function, Rows>, rc: ptr<function,
     let e = select(vec2<f32>(0.0), select(x, vec2<f32>(1.0), up), valid);
     (*o).m = select((*o).m, max((*o).m, s), valid);
     (*o).l = (*o).l * corr + e;
-    update_set(ra, v, gather(corr, 0u), gather(e, 0u));
+    update_set(ra, v, v2, gather(corr, 0u), gather(e, 0u));
     if SETS > 1u {
-        update_set(rb, v, gather(corr, 1u), gather(e, 1u));
+        update_set(rb, v, v2, gather(corr, 1u), gather(e, 1u));
     }
     if SETS > 2u {
-        update_set(rc, v, gather(corr, 2u), gather(e, 2u));
-        update_set(rd, v, gather(corr, 3u), gather(e, 3u));
+        update_set(rc, v, v2, gather(corr, 2u), gather(e, 2u));
+        update_set(rd, v, v2, gather(corr, 3u), gather(e, 3u));
     }
 }
 
@@ -251,6 +297,18 @@ fn rows_store(r: Rows, f0: u32, g: u32, lane: u32, split: u32) {
         }
         if QPL > 3u {
             put_result(th, split, lane + 3u * L, r.a3[c], r.m[c], r.l[c], lane == 0u);
+        }
+        if QPL > 4u {
+            put_result(th, split, lane + 4u * L, r.a4[c], r.m[c], r.l[c], lane == 0u);
+        }
+        if QPL > 5u {
+            put_result(th, split, lane + 5u * L, r.a5[c], r.m[c], r.l[c], lane == 0u);
+        }
+        if QPL > 6u {
+            put_result(th, split, lane + 6u * L, r.a6[c], r.m[c], r.l[c], lane == 0u);
+        }
+        if QPL > 7u {
+            put_result(th, split, lane + 7u * L, r.a7[c], r.m[c], r.l[c], lane == 0u);
         }
     }
 }
@@ -276,18 +334,21 @@ fn kv_at64(is_k: bool, base: u32, i: u32, j: u32, own: u32, row: u32) -> vec4<f3
     return vec4<f32>(unpack2x16float(u32(w)), unpack2x16float(u32(w >> 32u)));
 }
 
-// The lane's K (or V) quads of position j, a column per quad.
-fn kv_quads(is_k: bool, base: u32, lane: u32, j: u32, own: u32, krow: u32) -> mat4x4<f32> {
+// The lane's K (or V) quads m0 .. m0 + 3 (m0: 0 or 4; those below QPL) of position j, a column
+// per quad.
+fn kv_quads(is_k: bool, base: u32, lane: u32, m0: u32, j: u32, own: u32, krow: u32) -> mat4x4<f32> {
     var k = mat4x4<f32>();
-    k[0] = kv_at64(is_k, base, lane, j, own, krow);
-    if QPL > 1u {
-        k[1] = kv_at64(is_k, base, lane + L, j, own, krow);
+    if QPL > m0 {
+        k[0] = kv_at64(is_k, base, lane + m0 * L, j, own, krow);
     }
-    if QPL > 2u {
-        k[2] = kv_at64(is_k, base, lane + 2u * L, j, own, krow);
+    if QPL > m0 + 1u {
+        k[1] = kv_at64(is_k, base, lane + (m0 + 1u) * L, j, own, krow);
     }
-    if QPL > 3u {
-        k[3] = kv_at64(is_k, base, lane + 3u * L, j, own, krow);
+    if QPL > m0 + 2u {
+        k[2] = kv_at64(is_k, base, lane + (m0 + 2u) * L, j, own, krow);
+    }
+    if QPL > m0 + 3u {
+        k[3] = kv_at64(is_k, base, lane + (m0 + 3u) * L, j, own, krow);
     }
     return k;
 }
@@ -346,18 +407,20 @@ fn lanes(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec
         if j % p.page == 0u {
             base = kv_base(j, g);
         }
-        let kq = kv_quads(true, base, lane, j, own, krow);
-        let vq = kv_quads(false, base, lane, j, own, krow);
+        let kq = kv_quads(true, base, lane, 0u, j, own, krow);
+        let vq = kv_quads(false, base, lane, 0u, j, own, krow);
+        let kq2 = kv_quads(true, base, lane, 4u, j, own, krow);
+        let vq2 = kv_quads(false, base, lane, 4u, j, own, krow);
         if WIDE == 1u {
-            step_wide(&ra, &rb, &rc, &rd, &o, kq, vq, j, lane);
+            step_wide(&ra, &rb, &rc, &rd, &o, kq, kq2, vq, vq2, j, lane);
         } else {
-            ra = rows_step(ra, kq, vq, j);
+            ra = rows_step(ra, kq, kq2, vq, vq2, j);
             if SETS > 1u {
-                rb = rows_step(rb, kq, vq, j);
+                rb = rows_step(rb, kq, kq2, vq, vq2, j);
             }
             if SETS > 2u {
-                rc = rows_step(rc, kq, vq, j);
-                rd = rows_step(rd, kq, vq, j);
+                rc = rows_step(rc, kq, kq2, vq, vq2, j);
+                rd = rows_step(rd, kq, kq2, vq, vq2, j);
             }
         }
         base += p.hd / 2u;

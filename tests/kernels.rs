@@ -216,6 +216,8 @@ native: [
     // Lanes: 3 quads a lane (head dim 96), 4 heads an item; 2 lanes an item (head dim 8).
     Check::DecodeAttention { past: 77, n_head: 8, n_kv: 2, head_dim: 96, page: 16, pool: 8 },
     Check::DecodeAttention { past: 70, n_head: 3, n_kv: 1, head_dim: 8, page: 8, pool: 11 },
+    // Lanes: 5 quads a lane (head dim 160; Gemma's 256 is 8).
+    Check::DecodeAttention { past: 45, n_head: 6, n_kv: 2, head_dim: 160, page: 16, pool: 6 },
 ],
 browser: [
     Check::DecodeAttention { past: 9, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
@@ -239,6 +241,8 @@ native: [
     Check::Attention { past: 270, t: 5, n_head: 8, n_kv: 2, head_dim: 96, page: 16, pool: 20 },
     Check::Attention { past: 0, t: 3, n_head: 2, n_kv: 2, head_dim: 8, page: 2, pool: 3 },
     Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },
+    // Lanes: 7 quads a lane (head dim 224).
+    Check::Attention { past: 33, t: 6, n_head: 4, n_kv: 2, head_dim: 224, page: 8, pool: 12 },
 ],
 browser: [
     Check::Attention { past: 5, t: 4, n_head: 6, n_kv: 2, head_dim: 16, page: 4, pool: 6 },

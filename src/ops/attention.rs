@@ -68,8 +68,8 @@ const ATTN_LANE_ITEMS: usize = 24;
 const ATTN_MIN_SPLIT: usize = 32;
 
 /// `Variant::Lanes` attention's split of a head (`head_dim / 4` quads) over the lanes of a subgroup:
-/// (lanes per item, quads per lane), the lanes a power of two within the subgroup and at most 4
-/// quads each; `None` (the `Rows` kernel) when the adapter has no fixed subgroup size or the
+/// (lanes per item, quads per lane), the lanes a power of two within the subgroup and at most 8
+/// quads each (Gemma-3's heads of 256: 8 lanes of 8 quads); `None` (the `Rows` kernel) when the adapter has no fixed subgroup size or the
 /// head dim does not split so.
 fn lanes_split(gpu: &Gpu, kind: Variant, head_dim: usize) -> Option<(usize, usize)> {
     let sg = gpu.caps.subgroup_size? as usize;
@@ -77,7 +77,7 @@ fn lanes_split(gpu: &Gpu, kind: Variant, head_dim: usize) -> Option<(usize, usiz
         return None;
     }
     let hd4 = head_dim / 4;
-    let lanes = (0..=sg.ilog2()).rev().map(|e| 1usize << e).find(|l| hd4.is_multiple_of(*l) && hd4 / l <= 4)?;
+    let lanes = (0..=sg.ilog2()).rev().map(|e| 1usize << e).find(|l| hd4.is_multiple_of(*l) && hd4 / l <= 8)?;
     Some((lanes, hd4 / lanes))
 }
 
