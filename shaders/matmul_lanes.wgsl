@@ -7,39 +7,33 @@
 // device's SUBGROUP and SHADER_INT64 features (no `enable subgroups;`: naga, wgpu 30, rejects
 // it, and WebGPU has no u64, so the kernels are used natively only).
 //
-// As `matvec`, each invocation computes rows of token t, but two neighbouring ones at a time (2R
-// rows: n0 + j·G and n0 + j·G + 1, j < R), and with two kinds of sharing that lavapipe 25.0 needs:
-// it loads a storage value with a loop over the 8 lanes of its vector, ~11 instructions a lane
-// whatever the width, so the kernel makes fewer and wider loads.
+// As `matvec`, each invocation computes rows of token t, but 8 neighbouring ones (n0 .. n0 + 7),
+// and with two kinds of sharing that lavapipe 25.0 needs: it loads a storage value with a loop
+// over the 8 lanes of its vector, ~11 instructions a lane whatever the width, so the kernel makes
+// fewer and wider loads.
 // - x: `matvec` has every lane load all 32 x values of a block for its rows; here lane l of each
 //   8 loads (and normalises, or gates) quad l % 8 of the block once, and subgroupBroadcast hands
 //   the 8 quads to every lane: the x loads a block drop from 32 a lane to 4.
-// - W: a word of two neighbouring rows is a u64 (the layout interleaves rows: word j of rows 2m
-//   and 2m + 1 side by side), so one 64-bit load serves both rows' products (`dot_pair`, and
-//   their headers: `header_pair`): half the loads of one row at a time, 1.2–3.1× faster on
-//   lavapipe (docs/BENCHMARKS.md, 2026-12-06 18:20–23:10). Hence SHADER_INT64.
+// - W: the layout interleaves rows (word j of rows 8m .. 8m + 7 side by side), so one
+//   vec4<u64> load, 32 bytes, serves the products of all 8 rows (and their headers:
+//   `header_rows8`). On lavapipe: a u64 a pair of rows was 1.2–3.1× faster than a row at a time
+//   (docs/BENCHMARKS.md, 2026-12-06); a vec4<u32> a row quad, then a vec4<u64> for 8, each faster
+//   again (2026-12-07). Hence SHADER_INT64.
 @group(0) @binding(5) var<storage, read> w64: array<u64>; // the same buffer as `w`
+@group(0) @binding(6) var<storage, read> w256: array<vec4<u64>>; // and again
 
 @compute @workgroup_size(WG)
 fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let t = wid.y;
-    // G / 2 invocations a row group: invocation i takes rows 2·(i % 16) and the one after.
-    let n0 = (gid.x / (G / 2u)) * R * G + 2u * (gid.x % (G / 2u));
-    // No early return: every lane takes part in the broadcasts. Pairs past N repeat the last one
-    // (its second row may be the layout's padding) and are not stored.
+    // G / 8 invocations a row group: invocation i takes rows 8·(i % 4) .. + 7 of group i / 4.
+    let n0 = (gid.x / (G / 8u)) * G + 8u * (gid.x % (G / 8u));
+    // No early return: every lane takes part in the broadcasts. Rows past N repeat the last 8
+    // (some may be the layout's padding: it pads to whole row groups) and are not stored.
     let chunks = p.k / 32u;
-    let last = (p.n - 1u) & ~1u;
-    // As matvec's row set-up and store (inline there too: as shared helpers lavapipe ran both
-    // kernels ~1.4× slower). rb[j]: word 0 of the pair's first row (even, as the u64s need).
-    var rb: array<u32, 4>;
+    let rb = row_base(min(n0, (p.n - 1u) & ~7u));
     var acc: array<vec4<f32>, 8>;
-    for (var j = 0u; j < R; j++) {
-        rb[j] = row_base(min(n0 + j * G, last));
-        acc[2u * j] = vec4<f32>(0.0);
-        acc[2u * j + 1u] = vec4<f32>(0.0);
-    }
     var xv: array<vec4<f32>, 8>;
-    var hd: array<vec4<u32>, 8>; // as matvec's, for rows 2j and 2j + 1
+    var hd: array<vec4<u32>, 8>; // as matvec's, for each row
     var ss = 0.0;
     for (var c = 0u; c < chunks; c++) {
         let own = x_at(t, c * 8u + sl % 8u, &ss);
@@ -53,52 +47,75 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
         xv[7] = subgroupBroadcast(own, 7u);
         let xsum = xv[0] + xv[1] + xv[2] + xv[3] + xv[4] + xv[5] + xv[6] + xv[7];
         if has_header() && c % header_period() == 0u {
-            for (var j = 0u; j < R; j++) {
-                let h = header_pair(rb[j], c);
-                hd[2u * j] = h[0];
-                hd[2u * j + 1u] = h[1];
-            }
+            hd = header_rows8(rb, c);
         }
-        // The pairs' products spelled out rather than looped (rb, acc, hd at constant indices):
-        // on lavapipe Q2_K, Q3_K, Q4_0 and Q4_K ran 20-35% faster so (docs/BENCHMARKS.md,
-        // 2026-12-06). R is 1, 2 or 4 (ops/matmul.rs picks it from those): the groups below
-        // assume so.
-        var d = dot_pair(rb[0], c, &xv, xsum, hd[0], hd[1]);
-        acc[0] += d[0];
-        acc[1] += d[1];
-        if R > 1u {
-            d = dot_pair(rb[1], c, &xv, xsum, hd[2], hd[3]);
-            acc[2] += d[0];
-            acc[3] += d[1];
+        // The rows' words, each word of the 8 one load; the products spelled out (acc, hd, and
+        // the words at constant indices).
+        var q0: array<u32, 8>;
+        var q1: array<u32, 8>;
+        var q2: array<u32, 8>;
+        var q3: array<u32, 8>;
+        var q4: array<u32, 8>;
+        var q5: array<u32, 8>;
+        var q6: array<u32, 8>;
+        var q7: array<u32, 8>;
+        let bb = blk(rb, chunk_block(c));
+        for (var i = 0u; i < chunk_words(); i++) {
+            let v = w256[(bb + chunk_word(c, i) * G) / 8u];
+            q0[i] = u32(v.x);
+            q1[i] = u32(v.x >> 32u);
+            q2[i] = u32(v.y);
+            q3[i] = u32(v.y >> 32u);
+            q4[i] = u32(v.z);
+            q5[i] = u32(v.z >> 32u);
+            q6[i] = u32(v.w);
+            q7[i] = u32(v.w >> 32u);
         }
-        if R > 2u {
-            d = dot_pair(rb[2], c, &xv, xsum, hd[4], hd[5]);
-            acc[4] += d[0];
-            acc[5] += d[1];
-            d = dot_pair(rb[3], c, &xv, xsum, hd[6], hd[7]);
-            acc[6] += d[0];
-            acc[7] += d[1];
-        }
+        acc[0] += dot_words(&q0, c, &xv, xsum, hd[0]);
+        acc[1] += dot_words(&q1, c, &xv, xsum, hd[1]);
+        acc[2] += dot_words(&q2, c, &xv, xsum, hd[2]);
+        acc[3] += dot_words(&q3, c, &xv, xsum, hd[3]);
+        acc[4] += dot_words(&q4, c, &xv, xsum, hd[4]);
+        acc[5] += dot_words(&q5, c, &xv, xsum, hd[5]);
+        acc[6] += dot_words(&q6, c, &xv, xsum, hd[6]);
+        acc[7] += dot_words(&q7, c, &xv, xsum, hd[7]);
     }
     // XLOAD 1: each lane summed the squares of its own quads; Σx² is the sum over the 8.
     ss += subgroupShuffleXor(ss, 4u);
     ss += subgroupShuffleXor(ss, 2u);
     ss += subgroupShuffleXor(ss, 1u);
-    for (var j = 0u; j < 2u * R; j++) {
-        let n = n0 + (j / 2u) * G + j % 2u;
-        if n < p.n {
-            store(t, n, finish(dot(acc[j], vec4<f32>(1.0)), ss));
+    for (var j = 0u; j < 8u; j++) {
+        if n0 + j < p.n {
+            store(t, n0 + j, finish(dot(acc[j], vec4<f32>(1.0)), ss));
         }
     }
 }
 
-// quant.wgsl's dot_chunk for the rows at rb and rb + 1 (rb even) at once: each word both read is
-// one u64 (the first row's word in its low half). ha, hb: their headers.
-fn dot_pair(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>, ha: vec4<u32>, hb: vec4<u32>) -> mat2x4<f32> {
-    var qa: array<u32, 8>;
-    var qb: array<u32, 8>;
-    words_pair(rb, c, &qa, &qb);
-    return mat2x4<f32>(dot_words(&qa, c, xv, xsum, ha), dot_words(&qb, c, xv, xsum, hb));
+// quant.wgsl's `header` for the 8 rows from rb (a multiple of 8): each word the 8 read is one
+// vec4<u64>. Separate arrays, not an array of them: naga 30's SPIR-V writer panics on pointers
+// into one ("Expression [..] is not cached").
+fn header_rows8(rb: u32, c: u32) -> array<vec4<u32>, 8> {
+    var a0: array<u32, 4>;
+    var a1: array<u32, 4>;
+    var a2: array<u32, 4>;
+    var a3: array<u32, 4>;
+    var a4: array<u32, 4>;
+    var a5: array<u32, 4>;
+    var a6: array<u32, 4>;
+    var a7: array<u32, 4>;
+    for (var i = 0u; i < header_words(); i++) {
+        let v = w256[header_word(rb, c, i) / 8u];
+        a0[i] = u32(v.x);
+        a1[i] = u32(v.x >> 32u);
+        a2[i] = u32(v.y);
+        a3[i] = u32(v.y >> 32u);
+        a4[i] = u32(v.z);
+        a5[i] = u32(v.z >> 32u);
+        a6[i] = u32(v.w);
+        a7[i] = u32(v.w >> 32u);
+    }
+    return array<vec4<u32>, 8>(header_of(&a0, c), header_of(&a1, c), header_of(&a2, c), header_of(&a3, c),
+                               header_of(&a4, c), header_of(&a5, c), header_of(&a6, c), header_of(&a7, c));
 }
 
 // quant.wgsl's `header` for the rows at rb and rb + 1 (rb even): each word both read is one u64.
@@ -147,8 +164,7 @@ fn words_pair(rb: u32, c: u32, qa: ptr<function, array<u32, 8>>, qb: ptr<functio
 
 // The prefill matmul for Variant::Lanes (block formats): a 4 × 4 tile of y (4 tokens × 4 rows) per
 // invocation, as `matmul`, but a 32-value chunk at a time: each row's header is read once a block
-// (every header_period() chunks), each word of two neighbouring rows is one u64 load (as
-// `matvec_lanes`), and the 32 x quads of the tile's 4 tokens are loaded 4 per lane (lane l of each
+// (every header_period() chunks), each word of two neighbouring rows is one u64 load, and the 32 x quads of the tile's 4 tokens are loaded 4 per lane (lane l of each
 // 8: token l / 2, quads (l % 2)·4 .. +3) and broadcast, not 32 per lane. Every lane of a workgroup
 // shares the tile's tokens (workgroups are WG × 1).
 @compute @workgroup_size(WG)

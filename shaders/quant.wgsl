@@ -238,7 +238,7 @@ fn w4(rb: u32, k4: u32) -> vec4<f32> {
 // formats. `hd`: the chunk's block's `header` (the formats that have one: the matrix-vector
 // kernels load it once for the block's 8 chunks). The result's four lanes sum to the dot product.
 // A block format's chunk is the words `chunk_word` names, loaded here, and `dot_words`' product
-// of them: matmul_lanes.wgsl's `matvec_lanes` loads the same words of two rows at once.
+// of them: matmul_lanes.wgsl's `matvec_lanes` loads the same words of 8 rows at once.
 fn dot_chunk(rb: u32, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>, hd: vec4<u32>) -> vec4<f32> {
     if FORMAT == FMT_F32 || FORMAT == FMT_F16 || FORMAT == FMT_BF16 {
         return (*xv)[0] * w4(rb, c);
@@ -437,7 +437,7 @@ fn pair_d(hd: vec4<u32>, c: u32) -> f32 {
 // but IQ4_XS's words 0..1, Q3_K's scale bytes (words 24..26) and d (as f32 bits), Q6_K's d (as
 // f32 bits), Q2_K's scale word for chunks c and c ^ 1 and its d/dmin word, and the d_pair formats'
 // d word for blocks c and c ^ 1. The words `header_word` names, loaded here, and `header_of` them:
-// matmul_lanes.wgsl loads the same words of two rows at once.
+// matmul_lanes.wgsl loads the same words of several rows at once.
 fn header(rb: u32, c: u32) -> vec4<u32> {
     var h: array<u32, 4>;
     for (var i = 0u; i < header_words(); i++) {

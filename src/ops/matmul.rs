@@ -31,8 +31,8 @@ static MATVEC_LANES: Kernel = Kernel {
         include_str!("../../shaders/matmul_lanes.wgsl")
     ),
     entry: "matvec_lanes",
-    // Binding 5: the weights again, as u64 (matmul_lanes.wgsl).
-    bindings: &[Read, Read, ReadWrite, Read, Read],
+    // Bindings 5 and 6: the weights again, as u64 and as vec4<u64> (matmul_lanes.wgsl).
+    bindings: &[Read, Read, ReadWrite, Read, Read, Read],
 };
 /// Binding 4 (the RMSNorm weight of the matrix-vector kernels' XLOAD) is unused: the dispatch binds x there.
 static MATMUL_LANES: Kernel = Kernel { entry: "matmul_lanes", ..MATVEC_LANES };
@@ -281,7 +281,7 @@ fn matmul_into(
             let gx = invocations.div_ceil(MM_WG as usize);
             let wg = invocations.div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
             let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], ("WG", wg as f64), ("ACC", acc as u32 as f64)];
-            b.dispatch(&MATMUL_LANES, &consts, &params, &[x, &part.buf, y, x, &part.buf], [u(gx), u(t.div_ceil(4)), 1])?;
+            b.dispatch(&MATMUL_LANES, &consts, &params, &[x, &part.buf, y, x, &part.buf, &part.buf], [u(gx), u(t.div_ceil(4)), 1])?;
         } else {
             let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], ("WG", MM_WG as f64), ("ACC", acc as u32 as f64)];
             let groups = [u(invocations).div_ceil(MM_WG), u(t.div_ceil(4)), 1];
@@ -382,25 +382,24 @@ fn matvec_rows(
         let consts = [fc[0], fc[1], fc[2], fc[3], ("ACC", acc as u32 as f64), ("XLOAD", xload as f64)];
         match kind {
             Variant::Rows | Variant::Lanes => {
-                // `matvec_lanes` takes rows two at a time (`pairs`): R counts pairs there, and a
-                // row group is G / 2 invocations.
+                // `matvec` takes R rows an invocation, a row group apart; `matvec_lanes` 8
+                // neighbouring ones (one load of a word for all 8): a row group is G / 8
+                // invocations there, and R = 1.
                 let lanes = runs_lanes(b.gpu(), kind, part.format);
-                let pairs = 1 + lanes as usize;
-                let per_group = quant::ROW_GROUP / pairs;
-                // As many rows per invocation as leave enough workgroups to keep every core busy.
+                let per_group = if lanes { quant::ROW_GROUP / 8 } else { quant::ROW_GROUP };
                 let invocations = |r: usize| part.n.div_ceil(r * quant::ROW_GROUP) * per_group;
                 // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
                 // (fewer x loads per weight); real GPUs want many workgroups in flight.
                 let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
-                // The IQ4 formats at most 4 rows: their table lookups for 8 rows at once spill on
-                // lavapipe (IQ4_XS ~1.5x slower a byte at 8 rows than at 4, docs/BENCHMARKS.md).
+                // The IQ4 formats at most 4 rows in `matvec`: measured when they were table lookups,
+                // 8 rows at once spilled on lavapipe (IQ4_XS ~1.5x slower a byte than at 4,
+                // docs/BENCHMARKS.md). `matvec_lanes` always takes 8 (measured faster so).
                 let top = if matches!(part.format, quant::Format::IQ4_NL | quant::Format::IQ4_XS) { 4 } else { MV_ROWS };
-                // R in {8, 4, 2, 1} rows (matvec_lanes: {4, 2, 1} pairs) only: the kernels spell
-                // out their rows in those groups.
+                // As many rows per invocation as leave enough workgroups to keep every core busy;
+                // R in {8, 4, 2, 1} only: the kernel spells out its rows in those groups.
                 let r = [MV_ROWS, 4, 2, 1]
                     .into_iter()
-                    .filter(|&r| r <= top && r >= pairs)
-                    .map(|r| r / pairs)
+                    .filter(|&r| !lanes && r <= top)
                     .find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups)
                     .unwrap_or(1);
                 // Workgroups as narrow as whole subgroups (of 8 lanes at least) allow: an
@@ -418,10 +417,11 @@ fn matvec_rows(
                 }
                 let wg = invocations(r).div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
                 let groups = [u(gx), u(t), 1];
-                let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", wg as f64), ("R", r as f64)];
                 if lanes {
-                    b.dispatch(&MATVEC_LANES, &consts, &params, &[x, &part.buf, y, aux, &part.buf], groups)?;
+                    let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", wg as f64)];
+                    b.dispatch(&MATVEC_LANES, &consts, &params, &[x, &part.buf, y, aux, &part.buf, &part.buf], groups)?;
                 } else {
+                    let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", wg as f64), ("R", r as f64)];
                     b.dispatch(&MATVEC, &consts, &params, &[x, &part.buf, y, aux], groups)?;
                 }
             }
