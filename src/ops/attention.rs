@@ -69,8 +69,8 @@ const ATTN_MIN_SPLIT: usize = 32;
 
 /// `Variant::Lanes` attention's split of a head (`head_dim / 4` quads) over the lanes of a subgroup:
 /// (lanes per item, quads per lane), the lanes a power of two within the subgroup and at most 8
-/// quads each (Gemma-3's heads of 256: 8 lanes of 8 quads); `None` (the `Rows` kernel) when the adapter has no fixed subgroup size or the
-/// head dim does not split so.
+/// quads each (Gemma-3's heads of 256: 8 lanes of 8 quads); `None` (the `Rows` kernel) when the
+/// adapter has no fixed subgroup size or the head dim does not split so.
 fn lanes_split(gpu: &Gpu, kind: Variant, head_dim: usize) -> Option<(usize, usize)> {
     let sg = gpu.caps.subgroup_size? as usize;
     if kind != Variant::Lanes || !gpu.caps.int64 || !head_dim.is_multiple_of(4) {

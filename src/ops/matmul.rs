@@ -454,8 +454,8 @@ pub(super) fn format_consts(f: Format) -> [(&'static str, f64); 4] {
 
 /// Whether `kind` runs `matmul_lanes.wgsl`'s kernels (the tiled `matmul_lanes` and `matvec_lanes`)
 /// on weights of `format`: every block format (32-value chunks, whose x 8 lanes share by subgroup
-/// broadcast: subgroups of at least 8 lanes), with neighbouring rows' words loaded in pairs, as
-/// u64 (SHADER_INT64).
+/// broadcast: subgroups of at least 8 lanes), with a word of neighbouring rows loaded at once: 2
+/// rows' as a u64 in the tiles, 8 rows' as a vec4<u64> in the matrix-vector kernel (SHADER_INT64).
 fn runs_lanes(gpu: &Gpu, kind: Variant, format: Format) -> bool {
     kind == Variant::Lanes && format.block() > 1 && gpu.caps.subgroup_size.is_some_and(|n| n >= 8) && gpu.caps.int64
 }
