@@ -134,14 +134,15 @@ pub fn attention(
     let coop = s.kind == Variant::Coop;
     let ratio = s.n_head / kv.n_kv;
     // Variant::Lanes: items of 4 query rows of a KV head (the heads of one token, or of neighbouring
-    // tokens), or, where a lane holds at most 2 quads, of 8 (more than 4 rows) or 16 (more than 8):
-    // each K/V word loaded serves them all. Measured on lavapipe (default model, warm request over
-    // 1,675 cached tokens): 16-row items cut this kernel from ~145 to ~115 ms against 8-row ones;
-    // 32-row items left too many rows idle in the last item and were no faster.
+    // tokens), of 8 (more than 4 rows) or of 16 (more than 8): each K/V word loaded serves them
+    // all. Measured on lavapipe: the default model's warm request over 1,675 cached tokens (2 quads
+    // a lane), 16-row items cut this kernel from ~145 to ~115 ms against 8-row ones, and 32-row
+    // items left too many rows idle in the last item and were no faster; Gemma-3's prefill (8 quads
+    // a lane), 1,106 ms with 4-row items, 725–804 with 8, 606–644 with 16 (500 tokens after 1,000).
     let lanes = lanes_split(b.gpu(), s.kind, kv.head_dim);
     let lane_sets = match lanes {
-        Some((_, quads)) if quads <= 2 && s.t * ratio > 8 => 4,
-        Some((_, quads)) if quads <= 2 && s.t * ratio > 4 => 2,
+        Some(_) if s.t * ratio > 8 => 4,
+        Some(_) if s.t * ratio > 4 => 2,
         _ => 1,
     };
     let lane_chunks = (s.t * ratio).div_ceil(4 * lane_sets);
