@@ -94,8 +94,9 @@ fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) 
     // x quads a chunk: a 32-value block or sub-block's 8, or one.
     let per = clamp(BLOCK / 4u, 1u, 8u);
     let chunks = p.k / (4u * per);
-    // Row set-up and the store below are spelled out again in matmul_lanes.wgsl's matvec_lanes:
-    // moved into shared helper functions, lavapipe ran both kernels ~1.4× slower.
+    // Row set-up and the store below inline, as matmul_lanes.wgsl's matvec_lanes has its own (8
+    // neighbouring rows): moved into shared helper functions, lavapipe ran both kernels ~1.4×
+    // slower.
     var rb: array<u32, 8>;
     var acc: array<vec4<f32>, 8>;
     for (var j = 0u; j < R; j++) {

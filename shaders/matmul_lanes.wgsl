@@ -165,9 +165,10 @@ fn words_pair(rb: u32, c: u32, qa: ptr<function, array<u32, 8>>, qb: ptr<functio
 
 // The prefill matmul for Variant::Lanes (block formats): a 4 × 4 tile of y (4 tokens × 4 rows) per
 // invocation, as `matmul`, but a 32-value chunk at a time: each row's header is read once a block
-// (every header_period() chunks), each word of two neighbouring rows is one u64 load, and the 32 x quads of the tile's 4 tokens are loaded 4 per lane (lane l of each
-// 8: token l / 2, quads (l % 2)·4 .. +3) and broadcast, not 32 per lane. Every lane of a workgroup
-// shares the tile's tokens (workgroups are WG × 1).
+// (every header_period() chunks), each word of two neighbouring rows is one u64 load, and the 32
+// x quads of the tile's 4 tokens are loaded 4 per lane (lane l of each 8: token l / 2, quads
+// (l % 2)·4 .. +3) and broadcast, not 32 per lane. Every lane of a workgroup shares the tile's
+// tokens (workgroups are WG × 1).
 @compute @workgroup_size(WG)
 fn matmul_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     // GLU (matmul.wgsl's): rows j, j + 1 of gate (ra) and of up (rc), 2 columns of act(gate) · up.

@@ -395,13 +395,17 @@ fn matvec_rows(
                 // 8 rows at once spilled on lavapipe (IQ4_XS ~1.5x slower a byte than at 4,
                 // docs/BENCHMARKS.md). `matvec_lanes` always takes 8 (measured faster so).
                 let top = if matches!(part.format, quant::Format::IQ4_NL | quant::Format::IQ4_XS) { 4 } else { MV_ROWS };
-                // As many rows per invocation as leave enough workgroups to keep every core busy;
-                // R in {8, 4, 2, 1} only: the kernel spells out its rows in those groups.
-                let r = [MV_ROWS, 4, 2, 1]
-                    .into_iter()
-                    .filter(|&r| !lanes && r <= top)
-                    .find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups)
-                    .unwrap_or(1);
+                // `matvec`: as many rows per invocation as leave enough workgroups to keep every
+                // core busy; R in {8, 4, 2, 1} only: the kernel spells out its rows in those groups.
+                let r = if lanes {
+                    1
+                } else {
+                    [MV_ROWS, 4, 2, 1]
+                        .into_iter()
+                        .filter(|&r| r <= top)
+                        .find(|&r| invocations(r).div_ceil(MM_WG as usize) >= min_groups)
+                        .unwrap_or(1)
+                };
                 // Workgroups as narrow as whole subgroups (of 8 lanes at least) allow: an
                 // invocation past N does a whole row's work for `matvec_lanes`' broadcasts, and
                 // lavapipe runs `matvec`'s idle ones as lanes of a vector anyway. N = 576 at R = 4
