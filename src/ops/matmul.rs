@@ -388,18 +388,18 @@ fn matvec_rows(
                 let lanes = runs_lanes(b.gpu(), kind, part.format);
                 let per_group = if lanes { quant::ROW_GROUP / 8 } else { quant::ROW_GROUP };
                 let invocations = |r: usize| part.n.div_ceil(r * quant::ROW_GROUP) * per_group;
-                // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin ones
-                // (fewer x loads per weight); real GPUs want many workgroups in flight.
-                let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
-                // The IQ4 formats at most 4 rows in `matvec`: measured when they were table lookups,
-                // 8 rows at once spilled on lavapipe (IQ4_XS ~1.5x slower a byte than at 4,
-                // docs/BENCHMARKS.md). `matvec_lanes` always takes 8 (measured faster so).
-                let top = if matches!(part.format, quant::Format::IQ4_NL | quant::Format::IQ4_XS) { 4 } else { MV_ROWS };
                 // `matvec`: as many rows per invocation as leave enough workgroups to keep every
                 // core busy; R in {8, 4, 2, 1} only: the kernel spells out its rows in those groups.
                 let r = if lanes {
                     1
                 } else {
+                    // lavapipe runs a workgroup per CPU thread: a few fat workgroups beat many thin
+                    // ones (fewer x loads per weight); real GPUs want many workgroups in flight.
+                    let min_groups = if b.gpu().info.device_type == wgpu::DeviceType::Cpu { MV_MIN_GROUPS_CPU } else { MV_MIN_GROUPS };
+                    // The IQ4 formats at most 4 rows: measured when they were table lookups, 8 rows
+                    // at once spilled on lavapipe (IQ4_XS ~1.5x slower a byte than at 4,
+                    // docs/BENCHMARKS.md). `matvec_lanes` always takes 8 (measured faster so).
+                    let top = if matches!(part.format, quant::Format::IQ4_NL | quant::Format::IQ4_XS) { 4 } else { MV_ROWS };
                     [MV_ROWS, 4, 2, 1]
                         .into_iter()
                         .filter(|&r| r <= top)
