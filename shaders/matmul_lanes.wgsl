@@ -19,8 +19,17 @@
 //   `header_rows8`). On lavapipe: a u64 a pair of rows was 1.2–3.1× faster than a row at a time
 //   (docs/BENCHMARKS.md, 2026-12-06); a vec4<u32> a row quad, then a vec4<u64> for 8, each faster
 //   again (2026-12-07). Hence SHADER_INT64.
+// - x as integers (XBITS > 0: Q2_K and Q3_K, the `x_bits` column of FORMATS): 2- and 3-bit values
+//   make a byte hold 3 of them, and an f32 product costs lavapipe a shift, a mask, a conversion, a
+//   multiply and an add a value, so these formats ran at ~1.7-1.9x Q4_1's time a byte. With x
+//   rounded to integers (as llama.cpp's CPU backend rounds x to 8 bits for them), a u32 multiply
+//   makes two products (`dot_int`).
+// - IQ4_NL and IQ4_XS look their 16 values up by a subgroup shuffle (`iq4_lanes`).
 @group(0) @binding(5) var<storage, read> w64: array<u64>; // the same buffer as `w`
 @group(0) @binding(6) var<storage, read> w256: array<vec4<u64>>; // and again
+
+// Not 0: matvec_lanes rounds x to integers of XBITS bits (`int_chunk`, `dot_int`).
+override XBITS: u32 = 0u;
 
 @compute @workgroup_size(WG)
 fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
@@ -33,19 +42,28 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
     let rb = row_base(min(n0, (p.n - 1u) & ~7u));
     var acc: array<vec4<f32>, 8>;
     var xv: array<vec4<f32>, 8>;
+    var xsum: vec4<f32>;
+    var xp: array<vec2<u32>, 8>; // int_chunk's
+    var xi = vec3<f32>();
+    var acci: array<f32, 8>; // dot_int's
     var hd: array<vec4<u32>, 8>; // as matvec's, for each row
     var ss = 0.0;
+    let tab = iq4_table(sl);
     for (var c = 0u; c < chunks; c++) {
         let own = x_at(t, c * 8u + sl % 8u, &ss);
-        xv[0] = subgroupBroadcast(own, 0u);
-        xv[1] = subgroupBroadcast(own, 1u);
-        xv[2] = subgroupBroadcast(own, 2u);
-        xv[3] = subgroupBroadcast(own, 3u);
-        xv[4] = subgroupBroadcast(own, 4u);
-        xv[5] = subgroupBroadcast(own, 5u);
-        xv[6] = subgroupBroadcast(own, 6u);
-        xv[7] = subgroupBroadcast(own, 7u);
-        let xsum = xv[0] + xv[1] + xv[2] + xv[3] + xv[4] + xv[5] + xv[6] + xv[7];
+        if XBITS > 0u {
+            xi = int_chunk(own, &xp);
+        } else {
+            xv[0] = subgroupBroadcast(own, 0u);
+            xv[1] = subgroupBroadcast(own, 1u);
+            xv[2] = subgroupBroadcast(own, 2u);
+            xv[3] = subgroupBroadcast(own, 3u);
+            xv[4] = subgroupBroadcast(own, 4u);
+            xv[5] = subgroupBroadcast(own, 5u);
+            xv[6] = subgroupBroadcast(own, 6u);
+            xv[7] = subgroupBroadcast(own, 7u);
+            xsum = xv[0] + xv[1] + xv[2] + xv[3] + xv[4] + xv[5] + xv[6] + xv[7];
+        }
         if has_header() && c % header_period() == 0u {
             hd = header_rows8(rb, c);
         }
@@ -72,14 +90,25 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
             q6[i] = u32(v.w);
             q7[i] = u32(v.w >> 32u);
         }
-        acc[0] += dot_words(&q0, c, &xv, xsum, hd[0]);
-        acc[1] += dot_words(&q1, c, &xv, xsum, hd[1]);
-        acc[2] += dot_words(&q2, c, &xv, xsum, hd[2]);
-        acc[3] += dot_words(&q3, c, &xv, xsum, hd[3]);
-        acc[4] += dot_words(&q4, c, &xv, xsum, hd[4]);
-        acc[5] += dot_words(&q5, c, &xv, xsum, hd[5]);
-        acc[6] += dot_words(&q6, c, &xv, xsum, hd[6]);
-        acc[7] += dot_words(&q7, c, &xv, xsum, hd[7]);
+        if XBITS > 0u {
+            acci[0] += dot_int(&q0, c, &xp, xi, hd[0]);
+            acci[1] += dot_int(&q1, c, &xp, xi, hd[1]);
+            acci[2] += dot_int(&q2, c, &xp, xi, hd[2]);
+            acci[3] += dot_int(&q3, c, &xp, xi, hd[3]);
+            acci[4] += dot_int(&q4, c, &xp, xi, hd[4]);
+            acci[5] += dot_int(&q5, c, &xp, xi, hd[5]);
+            acci[6] += dot_int(&q6, c, &xp, xi, hd[6]);
+            acci[7] += dot_int(&q7, c, &xp, xi, hd[7]);
+        } else {
+            acc[0] += dot_words_lanes(&q0, c, &xv, xsum, hd[0], tab);
+            acc[1] += dot_words_lanes(&q1, c, &xv, xsum, hd[1], tab);
+            acc[2] += dot_words_lanes(&q2, c, &xv, xsum, hd[2], tab);
+            acc[3] += dot_words_lanes(&q3, c, &xv, xsum, hd[3], tab);
+            acc[4] += dot_words_lanes(&q4, c, &xv, xsum, hd[4], tab);
+            acc[5] += dot_words_lanes(&q5, c, &xv, xsum, hd[5], tab);
+            acc[6] += dot_words_lanes(&q6, c, &xv, xsum, hd[6], tab);
+            acc[7] += dot_words_lanes(&q7, c, &xv, xsum, hd[7], tab);
+        }
     }
     // XLOAD 1: each lane summed the squares of its own quads; Σx² is the sum over the 8.
     ss += subgroupShuffleXor(ss, 4u);
@@ -87,9 +116,126 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
     ss += subgroupShuffleXor(ss, 1u);
     for (var j = 0u; j < 8u; j++) {
         if n0 + j < p.n {
-            store(t, n0 + j, finish(dot(acc[j], vec4<f32>(1.0)), ss));
+            store(t, n0 + j, finish(dot(acc[j], vec4<f32>(1.0)) + acci[j], ss));
         }
     }
+}
+
+// quant.wgsl's `dot_words`, but IQ4_NL's and IQ4_XS's values looked up by `iq4_lanes`.
+fn dot_words_lanes(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>, hd: vec4<u32>, tab: vec2<f32>) -> vec4<f32> {
+    if FORMAT != FMT_IQ4_NL && FORMAT != FMT_IQ4_XS {
+        return dot_words(q, c, xv, xsum, hd);
+    }
+    var s = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        s += (*xv)[i] * iq4_lanes((*q)[i], 0u, tab) + (*xv)[i + 4u] * iq4_lanes((*q)[i], 4u, tab);
+    }
+    if FORMAT == FMT_IQ4_NL {
+        return pair_d(hd, c) * s;
+    }
+    return iq4xs_scale(hd, c % 8u) * s;
+}
+
+// Lane l's entries of ggml's kvalues_iq4nl (quant.wgsl's `iq4`): x = value l % 8, y = value
+// l % 8 + 8.
+fn iq4_table(l: u32) -> vec2<f32> {
+    let v = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+    return vec2<f32>(v[l % 8u], v[l % 8u + 8u]);
+}
+
+// quant.wgsl's `iq4` (the values of the nibbles at `shift` of q's 4 bytes), each looked up in the
+// table the 8 lanes hold (`iq4_table`) by two subgroup shuffles and a select: lavapipe makes a
+// shuffle one permute instruction, where the polynomial is 9 operations a value (and a table in
+// per-lane memory is a load loop over the lanes). Every lane must take part.
+fn iq4_lanes(q: u32, shift: u32, tab: vec2<f32>) -> vec4<f32> {
+    let n = (vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift)) & vec4<u32>(15u);
+    let m = n & vec4<u32>(7u);
+    let lo = vec4<f32>(subgroupShuffle(tab.x, m.x), subgroupShuffle(tab.x, m.y), subgroupShuffle(tab.x, m.z), subgroupShuffle(tab.x, m.w));
+    let hi = vec4<f32>(subgroupShuffle(tab.y, m.x), subgroupShuffle(tab.y, m.y), subgroupShuffle(tab.y, m.z), subgroupShuffle(tab.y, m.w));
+    return select(lo, hi, n >= vec4<u32>(8u));
+}
+
+// The chunk whose quad `own` this lane loaded, as XBITS-bit integers: each value times
+// 2^(XBITS + 125 - E), E the biased exponent of the chunk's largest magnitude m (m < 2^(E - 126)),
+// lies within ±2^(XBITS - 1) and is rounded to the nearest integer (ties to even) by adding
+// 1.5 · 2^23, whose ulp is 1: exact in f32, and no float-to-int conversion, which lavapipe makes
+// lane by lane (with clamping). So x is d · an integer with d = 2^(E - 125 - XBITS), as
+// `oracle::int_x` computes it. Returns d and d times the integers' sums over the two 16-value
+// halves; `pairs` gets the 8 quads' integers two a word, (x[4i + 2] + x[4i] · 2^16,
+// x[4i + 3] + x[4i + 1] · 2^16) for quad i (wrapping: the low value's sign borrows from the high
+// one, which `dot_int` undoes). (llama.cpp's CPU backend scales a 256-value block's largest
+// magnitude to 127 instead; a power of two makes the rounding the same everywhere.)
+fn int_chunk(own: vec4<f32>, pairs: ptr<function, array<vec2<u32>, 8>>) -> vec3<f32> {
+    let a = abs(own);
+    var m = max(max(a.x, a.y), max(a.z, a.w));
+    m = max(m, subgroupShuffleXor(m, 4u));
+    m = max(m, subgroupShuffleXor(m, 2u));
+    m = max(m, subgroupShuffleXor(m, 1u));
+    let e = clamp((bitcast<u32>(m) >> 23u) & 255u, XBITS - 1u, 250u);
+    let r = own * bitcast<f32>((XBITS + 252u - e) << 23u) + 12582912.0;
+    let qx = bitcast<vec4<u32>>(r) - vec4<u32>(0x4B400000u);
+    let mine = vec2<u32>(qx.z + (qx.x << 16u), qx.w + (qx.y << 16u));
+    // The integers' sum over lanes 0..3 (quads 0..3) and 4..7.
+    // (From the integers: the compiler may fold (v + c) - c back to v.)
+    let qi = bitcast<vec4<i32>>(qx);
+    var h = f32(qi.x + qi.y + qi.z + qi.w);
+    h += subgroupShuffleXor(h, 1u);
+    h += subgroupShuffleXor(h, 2u);
+    (*pairs)[0] = subgroupBroadcast(mine, 0u);
+    (*pairs)[1] = subgroupBroadcast(mine, 1u);
+    (*pairs)[2] = subgroupBroadcast(mine, 2u);
+    (*pairs)[3] = subgroupBroadcast(mine, 3u);
+    (*pairs)[4] = subgroupBroadcast(mine, 4u);
+    (*pairs)[5] = subgroupBroadcast(mine, 5u);
+    (*pairs)[6] = subgroupBroadcast(mine, 6u);
+    (*pairs)[7] = subgroupBroadcast(mine, 7u);
+    let d = bitcast<f32>((e + 2u - XBITS) << 23u);
+    return vec3<f32>(d, d * subgroupBroadcast(h, 0u), d * subgroupBroadcast(h, 4u));
+}
+
+// `dot_words` with x as integers (`int_chunk`), for Q2_K (XBITS 10) and Q3_K (9). A pair of values
+// (q_a, q_b) at bits 0 and 16 of a word, times x's pair (x_b + x_a · 2^16), is
+// q_a·x_b + (q_a·x_a + q_b·x_b) · 2^16 (mod 2^32): two products a u32 multiply. Over a 16-value
+// half the low field stays below 2^15 in magnitude (8 pairs: Q2_K's 8·3·512 = 12,288, Q3_K's
+// 8·7·256 = 14,336) and so does the high one (24,576 and 28,672): adding 2^15 and shifting takes
+// the high field out exactly. Those bounds set each format's XBITS.
+fn dot_int(q: ptr<function, array<u32, 8>>, c: u32, xp: ptr<function, array<vec2<u32>, 8>>, xi: vec3<f32>, hd: vec4<u32>) -> f32 {
+    var a0 = 0u;
+    var a1 = 0u;
+    let sb = c % 8u;
+    if FORMAT == FMT_Q2_K {
+        // Values 4i + j at bits 8j + 2i of each half's word: pairs (j, j + 2) at bits 2i and
+        // 2i + 16, and 8 bits higher.
+        let w0 = (*q)[0];
+        let w1 = (*q)[1];
+        for (var i = 0u; i < 4u; i++) {
+            let p0 = (*xp)[i];
+            let p1 = (*xp)[i + 4u];
+            a0 += ((w0 >> (2u * i)) & 0x00030003u) * p0.x + ((w0 >> (8u + 2u * i)) & 0x00030003u) * p0.y;
+            a1 += ((w1 >> (2u * i)) & 0x00030003u) * p1.x + ((w1 >> (8u + 2u * i)) & 0x00030003u) * p1.y;
+        }
+    } else if FORMAT == FMT_Q3_K { // the bytes of quant.wgsl's q3_bytes
+        let hm = (*q)[0];
+        for (var i = 0u; i < 4u; i++) {
+            let b0 = q3_bytes((*q)[1], hm, i);
+            let b1 = q3_bytes((*q)[2], hm, i + 4u);
+            let p0 = (*xp)[i];
+            let p1 = (*xp)[i + 4u];
+            a0 += (b0 & 0x00070007u) * p0.x + ((b0 >> 8u) & 0x00070007u) * p0.y;
+            a1 += (b1 & 0x00070007u) * p1.x + ((b1 >> 8u) & 0x00070007u) * p1.y;
+        }
+    }
+    // Σ x·q over each half, in f32 (exact: an integer below 2^15 times a power of two).
+    let s0 = xi.x * f32((bitcast<i32>(a0) + 0x8000) >> 16u);
+    let s1 = xi.x * f32((bitcast<i32>(a1) + 0x8000) >> 16u);
+    if FORMAT == FMT_Q2_K {
+        // As dot_words: the halves' scales and minimums.
+        let dm = unpack2x16float(hd.y);
+        let sc = (hd.x >> (16u * (sb % 2u))) & 0xffffu;
+        return dm.x * (f32(sc & 15u) * s0 + f32((sc >> 8u) & 15u) * s1) - dm.y * (f32((sc >> 4u) & 15u) * xi.y + f32(sc >> 12u) * xi.z);
+    }
+    // Σ x·(q − 4): the −4 over each half.
+    return bitcast<f32>(hd.w) * (q3k_scale_hd(hd, 2u * sb) * (s0 - 4.0 * xi.y) + q3k_scale_hd(hd, 2u * sb + 1u) * (s1 - 4.0 * xi.z));
 }
 
 // quant.wgsl's `header` for the 8 rows from rb (a multiple of 8): each word the 8 read is one

@@ -23,6 +23,25 @@ pub fn matmul(x: &[f32], w: &[f32], t: usize, k: usize, n: usize) -> (Vec<f32>, 
     (y, mag)
 }
 
+/// x as the matrix-vector kernels that round it to `bits`-bit integers see it
+/// (`ops::matvec_int_x`): each 32 values a power of two `d` times integers of magnitude at most
+/// 2^(bits - 1), rounded to the nearest (ties to even). `d` is 2^(E - 125 - bits) for E the biased
+/// exponent of the 32 values' largest magnitude (clamped to bits - 1..=250), the f32 bits of
+/// `shaders/matmul_lanes.wgsl`'s `int_chunk`. Also returns each value's `d` (for tolerances).
+/// `x.len()` must be a multiple of 32.
+pub fn int_x(x: &[f32], bits: u32) -> (Vec<f32>, Vec<f32>) {
+    let mut q = Vec::with_capacity(x.len());
+    let mut ds = Vec::with_capacity(x.len());
+    for chunk in x.chunks(32) {
+        let m = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let e = ((m.to_bits() >> 23) & 255).clamp(bits - 1, 250);
+        let (s, d) = (f32::from_bits((bits + 252 - e) << 23), f32::from_bits((e + 2 - bits) << 23));
+        q.extend(chunk.iter().map(|v| (v * s).round_ties_even() * d));
+        ds.extend(std::iter::repeat_n(d, chunk.len()));
+    }
+    (q, ds)
+}
+
 /// `y[r] = x[r] / rms(x[r]) · w` for `rows` rows of `dim` (f64 sums).
 pub fn rmsnorm(x: &[f32], w: &[f32], rows: usize, dim: usize, eps: f32) -> Vec<f32> {
     let mut y = vec![0f32; rows * dim];

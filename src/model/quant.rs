@@ -85,6 +85,11 @@ pub struct FormatInfo {
     /// Whether `shaders/matmul_lanes.wgsl`'s tiled `matmul_lanes` has a decode of its own for it,
     /// each block's header read once (it runs the other block formats through `quant.wgsl`'s `w4`).
     pub lanes: bool,
+    /// 0, or the bits of the integers `matmul_lanes.wgsl`'s `matvec_lanes` rounds x to for this
+    /// format (its `dot_int`: two products a u32 multiply): the 2- and 3-bit formats, whose f32
+    /// products cost lavapipe more a byte than the other formats' (docs/BENCHMARKS.md). As many
+    /// bits as the products' sums leave room for (`dot_int`): 10 for Q2_K, 9 for Q3_K.
+    pub x_bits: u32,
     /// Rearranges one GGUF block's bytes in place for the GPU (before `split_d`): the K-quants
     /// whose sub-blocks' bits are interleaved in GGUF (Q4_K and Q5_K pair sub-blocks in one byte's
     /// nibbles, Q6_K four), so that a 32-value sub-block is whole words the matrix-vector kernel
@@ -103,21 +108,21 @@ pub type Quantize = fn(&[f32], &mut Vec<u8>);
 /// Every format hotprefix runs, in [`Format`]'s order.
 #[rustfmt::skip] // a table: one row a format
 pub static FORMATS: [FormatInfo; 15] = [
-    FormatInfo { name: "F32", ggml_type: 0, block: 1, gguf_bytes: 4, split_d: None, halves: &[], shader_id: 0, lanes: false, permute: None, dequantize: f32_values, quantize: Some(f32_bytes) },
-    FormatInfo { name: "F16", ggml_type: 1, block: 1, gguf_bytes: 2, split_d: None, halves: &[], shader_id: 1, lanes: false, permute: None, dequantize: f16_values, quantize: Some(f16_bytes) },
-    FormatInfo { name: "Q8_0", ggml_type: 8, block: QK, gguf_bytes: 34, split_d: Some(0), halves: &[0], shader_id: 2, lanes: true, permute: None, dequantize: q8_0_values, quantize: Some(q8_0_bytes) },
-    FormatInfo { name: "Q4_1", ggml_type: 3, block: QK, gguf_bytes: 20, split_d: None, halves: &[0, 2], shader_id: 3, lanes: true, permute: None, dequantize: q4_1_values, quantize: Some(q4_1_bytes) },
-    FormatInfo { name: "BF16", ggml_type: 30, block: 1, gguf_bytes: 2, split_d: None, halves: &[], shader_id: 4, lanes: false, permute: None, dequantize: bf16_values, quantize: Some(bf16_bytes) },
-    FormatInfo { name: "Q4_0", ggml_type: 2, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 5, lanes: false, permute: None, dequantize: q4_0_values, quantize: Some(q4_0_bytes) },
-    FormatInfo { name: "Q5_0", ggml_type: 6, block: QK, gguf_bytes: 22, split_d: Some(0), halves: &[0], shader_id: 6, lanes: false, permute: None, dequantize: q5_0_values, quantize: None },
-    FormatInfo { name: "Q5_1", ggml_type: 7, block: QK, gguf_bytes: 24, split_d: None, halves: &[0, 2], shader_id: 7, lanes: false, permute: None, dequantize: q5_1_values, quantize: None },
-    FormatInfo { name: "IQ4_NL", ggml_type: 20, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 8, lanes: false, permute: None, dequantize: iq4_nl_values, quantize: None },
-    FormatInfo { name: "Q2_K", ggml_type: 10, block: QK_K, gguf_bytes: 84, split_d: None, halves: &[80, 82], shader_id: 9, lanes: false, permute: Some(q2_k_permute), dequantize: q2_k_values, quantize: None },
-    FormatInfo { name: "Q3_K", ggml_type: 11, block: QK_K, gguf_bytes: 110, split_d: Some(108), halves: &[108], shader_id: 10, lanes: false, permute: Some(q3_k_permute), dequantize: q3_k_values, quantize: None },
-    FormatInfo { name: "Q4_K", ggml_type: 12, block: QK_K, gguf_bytes: 144, split_d: None, halves: &[0, 2], shader_id: 11, lanes: false, permute: Some(q4_k_permute), dequantize: q4_k_values, quantize: None },
-    FormatInfo { name: "Q5_K", ggml_type: 13, block: QK_K, gguf_bytes: 176, split_d: None, halves: &[0, 2], shader_id: 12, lanes: false, permute: Some(q5_k_permute), dequantize: q5_k_values, quantize: None },
-    FormatInfo { name: "Q6_K", ggml_type: 14, block: QK_K, gguf_bytes: 210, split_d: Some(208), halves: &[208], shader_id: 13, lanes: false, permute: Some(q6_k_permute), dequantize: q6_k_values, quantize: None },
-    FormatInfo { name: "IQ4_XS", ggml_type: 23, block: QK_K, gguf_bytes: 136, split_d: None, halves: &[0], shader_id: 14, lanes: false, permute: None, dequantize: iq4_xs_values, quantize: None },
+    FormatInfo { name: "F32", ggml_type: 0, block: 1, gguf_bytes: 4, split_d: None, halves: &[], shader_id: 0, lanes: false, x_bits: 0, permute: None, dequantize: f32_values, quantize: Some(f32_bytes) },
+    FormatInfo { name: "F16", ggml_type: 1, block: 1, gguf_bytes: 2, split_d: None, halves: &[], shader_id: 1, lanes: false, x_bits: 0, permute: None, dequantize: f16_values, quantize: Some(f16_bytes) },
+    FormatInfo { name: "Q8_0", ggml_type: 8, block: QK, gguf_bytes: 34, split_d: Some(0), halves: &[0], shader_id: 2, lanes: true, x_bits: 0, permute: None, dequantize: q8_0_values, quantize: Some(q8_0_bytes) },
+    FormatInfo { name: "Q4_1", ggml_type: 3, block: QK, gguf_bytes: 20, split_d: None, halves: &[0, 2], shader_id: 3, lanes: true, x_bits: 0, permute: None, dequantize: q4_1_values, quantize: Some(q4_1_bytes) },
+    FormatInfo { name: "BF16", ggml_type: 30, block: 1, gguf_bytes: 2, split_d: None, halves: &[], shader_id: 4, lanes: false, x_bits: 0, permute: None, dequantize: bf16_values, quantize: Some(bf16_bytes) },
+    FormatInfo { name: "Q4_0", ggml_type: 2, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 5, lanes: false, x_bits: 0, permute: None, dequantize: q4_0_values, quantize: Some(q4_0_bytes) },
+    FormatInfo { name: "Q5_0", ggml_type: 6, block: QK, gguf_bytes: 22, split_d: Some(0), halves: &[0], shader_id: 6, lanes: false, x_bits: 0, permute: None, dequantize: q5_0_values, quantize: None },
+    FormatInfo { name: "Q5_1", ggml_type: 7, block: QK, gguf_bytes: 24, split_d: None, halves: &[0, 2], shader_id: 7, lanes: false, x_bits: 0, permute: None, dequantize: q5_1_values, quantize: None },
+    FormatInfo { name: "IQ4_NL", ggml_type: 20, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 8, lanes: false, x_bits: 0, permute: None, dequantize: iq4_nl_values, quantize: None },
+    FormatInfo { name: "Q2_K", ggml_type: 10, block: QK_K, gguf_bytes: 84, split_d: None, halves: &[80, 82], shader_id: 9, lanes: false, x_bits: 10, permute: Some(q2_k_permute), dequantize: q2_k_values, quantize: None },
+    FormatInfo { name: "Q3_K", ggml_type: 11, block: QK_K, gguf_bytes: 110, split_d: Some(108), halves: &[108], shader_id: 10, lanes: false, x_bits: 9, permute: Some(q3_k_permute), dequantize: q3_k_values, quantize: None },
+    FormatInfo { name: "Q4_K", ggml_type: 12, block: QK_K, gguf_bytes: 144, split_d: None, halves: &[0, 2], shader_id: 11, lanes: false, x_bits: 0, permute: Some(q4_k_permute), dequantize: q4_k_values, quantize: None },
+    FormatInfo { name: "Q5_K", ggml_type: 13, block: QK_K, gguf_bytes: 176, split_d: None, halves: &[0, 2], shader_id: 12, lanes: false, x_bits: 0, permute: Some(q5_k_permute), dequantize: q5_k_values, quantize: None },
+    FormatInfo { name: "Q6_K", ggml_type: 14, block: QK_K, gguf_bytes: 210, split_d: Some(208), halves: &[208], shader_id: 13, lanes: false, x_bits: 0, permute: Some(q6_k_permute), dequantize: q6_k_values, quantize: None },
+    FormatInfo { name: "IQ4_XS", ggml_type: 23, block: QK_K, gguf_bytes: 136, split_d: None, halves: &[0], shader_id: 14, lanes: false, x_bits: 0, permute: None, dequantize: iq4_xs_values, quantize: None },
 ];
 
 /// The names of every format, for error messages: `"F32, F16, Q8_0, …"`.
@@ -763,13 +768,20 @@ mod tests {
         want.sort();
         got.sort();
         assert_eq!(got, want, "shaders/quant.wgsl's FMT_* constants against FORMATS");
-        // Each format has its decode branch, and the lanes kernel names exactly the formats it runs.
+        // Each format has its decode branch, and the lanes kernels name exactly the formats they
+        // decode themselves: the tiled kernel's (`lanes`), those whose x they round to integers
+        // (`x_bits`, each with its branch in `dot_int`), and the IQ4 formats they look up by shuffle.
         for i in &FORMATS {
             assert!(src.contains(&format!("FORMAT == FMT_{}", i.name)), "quant.wgsl has no branch for {}", i.name);
         }
         let lanes = include_str!("../../shaders/matmul_lanes.wgsl");
         for i in &FORMATS {
-            assert_eq!(lanes.contains(&format!("FMT_{}", i.name)), i.lanes, "matmul_lanes.wgsl and FORMATS disagree on {}", i.name);
+            let own = i.lanes || i.x_bits > 0 || matches!(i.name, "IQ4_NL" | "IQ4_XS");
+            assert_eq!(lanes.contains(&format!("FMT_{}", i.name)), own, "matmul_lanes.wgsl and FORMATS disagree on {}", i.name);
+        }
+        let dot_int = &lanes[lanes.find("fn dot_int(").expect("dot_int")..];
+        for i in FORMATS.iter().filter(|i| i.x_bits > 0) {
+            assert!(dot_int.contains(&format!("FMT_{}", i.name)), "dot_int has no branch for {}", i.name);
         }
         assert!(
             !src.contains("FORMAT >=") && !src.contains("FORMAT <") && !lanes.contains("FORMAT >="),

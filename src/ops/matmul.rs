@@ -422,7 +422,8 @@ fn matvec_rows(
                 let wg = invocations(r).div_ceil(gx).next_multiple_of(unit).min(MM_WG as usize);
                 let groups = [u(gx), u(t), 1];
                 if lanes {
-                    let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", wg as f64)];
+                    let xbits = ("XBITS", part.format.info().x_bits as f64);
+                    let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", wg as f64), xbits];
                     b.dispatch(&MATVEC_LANES, &consts, &params, &[x, &part.buf, y, aux, &part.buf, &part.buf], groups)?;
                 } else {
                     let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], ("WG", wg as f64), ("R", r as f64)];
@@ -454,6 +455,25 @@ pub(super) fn format_consts(f: Format) -> [(&'static str, f64); 4] {
         ("BW", (body / 4).max(1) as f64),
         ("SPLIT", info.split_d.is_some() as u32 as f64),
     ]
+}
+
+/// The bits of the integers the matrix-vector kernel of `kind` rounds x to for weights of
+/// `format`, if it does (`matvec_lanes`, FORMATS' `x_bits` column): each 32 values of x (after the
+/// fused op: `x ∘ norm weight` for RMSNorm, before its 1/rms) become a power of two times integers
+/// of magnitude at most 2^(bits - 1), as [`crate::check::oracle::int_x`] computes them.
+pub fn matvec_int_x(gpu: &Gpu, kind: Variant, format: Format) -> Option<u32> {
+    let bits = format.info().x_bits;
+    (runs_lanes(gpu, kind, format) && bits > 0).then_some(bits)
+}
+
+/// [`matvec_int_x`] for [`matmul`] of `t` tokens (which runs few tokens on the matrix-vector
+/// kernel).
+pub fn matmul_int_x(gpu: &Gpu, format: Format, t: usize) -> Option<u32> {
+    if t < TILE_FROM {
+        matvec_int_x(gpu, Variant::for_adapter(gpu), format)
+    } else {
+        None
+    }
 }
 
 /// Whether `kind` runs `matmul_lanes.wgsl`'s kernels (the tiled `matmul_lanes` and `matvec_lanes`)

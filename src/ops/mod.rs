@@ -37,7 +37,7 @@ pub use head_norm::{head_norm, HeadsShape};
 pub use kv_copy::kv_copy;
 pub use kv_write::{kv_write, KvSource};
 pub(crate) use matmul::gpu_layout;
-pub use matmul::{glu_fuses, matmul, matmul_acc, matmul_exact, matmul_glu, matvec, Glu, Weight, XLoad};
+pub use matmul::{glu_fuses, matmul, matmul_acc, matmul_exact, matmul_glu, matmul_int_x, matvec, matvec_int_x, Glu, Weight, XLoad};
 pub use rmsnorm::{rmsnorm, rmsnorm_add};
 pub use rope::{rope, rope_table, rope_table_scaled, RopeShape};
 pub use rope_kv::rope_kv_write;

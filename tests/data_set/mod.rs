@@ -4,6 +4,7 @@
 //! models/).
 #![allow(dead_code)]
 
+use hotprefix::quant::Format;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -70,13 +71,22 @@ pub fn check_set(dir: &str, set: &str) {
         reference["prompts"] = Value::Array(kept);
         let gpu = pollster::block_on(dual::gpu());
         let (s, gpu_bytes, gguf_bytes) =
-            pollster::block_on(score::score(&gpu, &file, &reference)).unwrap_or_else(|e| panic!("{stem}: {e}"));
+            pollster::block_on(score::score(&gpu, &file, &reference, false)).unwrap_or_else(|e| panic!("{stem}: {e}"));
         println!(
             "{stem} ({ftype}, {want:?}): GPU {gpu_bytes} B for {gguf_bytes} B GGUF ({:+.2}%); {}",
             100.0 * (gpu_bytes as f64 / gguf_bytes as f64 - 1.0),
             s.summary(b)
         );
         failures.extend(s.failures(b, 0.0, gpu_bytes, gguf_bytes).into_iter().map(|f| format!("{stem}: {f}")));
+        // A file with a format whose matrix-vector kernel rounds x to integers (FORMATS' x_bits
+        // column) is also scored a decode step a token, every position on that kernel, against the
+        // same bounds (llama.cpp's were derived with n_ubatch = 1 among its candidates).
+        if want.keys().any(|t| Format::from_name(t).is_some_and(|f| f.info().x_bits > 0)) {
+            let (s, _, _) =
+                pollster::block_on(score::score(&gpu, &file, &reference, true)).unwrap_or_else(|e| panic!("{stem} (decode kernels): {e}"));
+            println!("{stem} (decode kernels, a step a token): {}", s.summary(b));
+            failures.extend(s.failures(b, 0.0, gpu_bytes, gguf_bytes).into_iter().map(|f| format!("{stem} (decode kernels): {f}")));
+        }
         checked += 1;
     }
     assert!(checked > 0, "no {set} files in tests/data/{dir}/files.json");

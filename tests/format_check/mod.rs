@@ -16,7 +16,7 @@ pub async fn check(stem: &str, file: &[u8], reference: &str, bounds: &str, promp
     reference["prompts"] = Value::Array(all.into_iter().filter(|p| prompts.contains(&p["id"].as_str().unwrap_or(""))).collect());
     assert_eq!(reference["prompts"].as_array().map(Vec::len), Some(prompts.len()), "{stem}: prompts {prompts:?}");
     let gpu = dual::gpu().await;
-    let (s, gpu_bytes, gguf_bytes) = score::score(&gpu, file, &reference).await.unwrap_or_else(|e| panic!("{stem}: {e}"));
+    let (s, gpu_bytes, gguf_bytes) = score::score(&gpu, file, &reference, false).await.unwrap_or_else(|e| panic!("{stem}: {e}"));
     let b = &bounds[stem];
     wasm_bindgen_test::console_log!("{stem} on {}: {}", gpu.describe(), s.summary(b));
     // Two prompts are fewer positions than the bounds were pooled over: 5 points of slack on the

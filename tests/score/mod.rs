@@ -59,9 +59,10 @@ impl Score {
 }
 
 /// Scores the GGUF `file` against the slim reference `reference` on `gpu`: teacher-forced over
-/// each prompt and llama.cpp's greedy continuation. Returns the score, the model's GPU weight
-/// bytes and the file's tensor bytes.
-pub async fn score(gpu: &Gpu, file: &[u8], reference: &Value) -> Result<(Score, u64, u64), hotprefix::Error> {
+/// each prompt and llama.cpp's greedy continuation, in prefill chunks of 64 tokens, or with
+/// `decode` a decode step a token (every position on the matrix-vector kernels, as generation runs
+/// them). Returns the score, the model's GPU weight bytes and the file's tensor bytes.
+pub async fn score(gpu: &Gpu, file: &[u8], reference: &Value, decode: bool) -> Result<(Score, u64, u64), hotprefix::Error> {
     let opts = Options { chunk: 64, context: Some(1024), all_logits: true };
     let model = Model::load(gpu, file, opts).await?;
     let kv = model.kv_cache(gpu, 1024 / 16, 16).await?;
@@ -79,44 +80,50 @@ pub async fn score(gpu: &Gpu, file: &[u8], reference: &Value) -> Result<(Score, 
         all.extend(&greedy);
         let mut seq = kv.sequence(all.len());
         let n = prompt.len();
-        model
-            .score(gpu, &kv, &mut seq, &all, |i, row| {
-                let ours = argmax(row);
-                if i < n {
-                    let ids5 = ids(&top_ids[i]);
-                    let l5 = floats(&top_logits[i]);
-                    s.positions += 1;
-                    if ours == ids5[0] {
-                        s.agree += 1;
-                    } else {
-                        s.flips.push((id.clone(), i, l5[0] - l5[1]));
-                    }
-                    for (t, l) in ids5.iter().zip(&l5) {
-                        s.dl_sum += (row[*t as usize] as f64 - l).abs();
-                        s.dl_n += 1;
-                    }
-                    if i == n - 1 {
-                        // KL(llama.cpp ‖ ours) over llama.cpp's 64 most likely tokens (the
-                        // reference keeps those and its row's log-sum-exp).
-                        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-                        let z = row.iter().map(|v| (*v as f64 - m).exp()).sum::<f64>().ln() + m;
-                        s.kl_sum += last_ids
-                            .iter()
-                            .zip(&last_logits)
-                            .map(|(t, l)| {
-                                let lp = l - lse;
-                                lp.exp() * (lp - (row[*t as usize] as f64 - z))
-                            })
-                            .sum::<f64>();
-                        s.prompts += 1;
-                    }
+        let mut visit = |i: usize, row: &[f32]| {
+            let ours = argmax(row);
+            if i < n {
+                let ids5 = ids(&top_ids[i]);
+                let l5 = floats(&top_logits[i]);
+                s.positions += 1;
+                if ours == ids5[0] {
+                    s.agree += 1;
+                } else {
+                    s.flips.push((id.clone(), i, l5[0] - l5[1]));
                 }
-                if i + 1 >= n && i + 1 - n < greedy.len() {
-                    s.greedy_total += 1;
-                    s.greedy_agree += (ours == greedy[i + 1 - n]) as usize;
+                for (t, l) in ids5.iter().zip(&l5) {
+                    s.dl_sum += (row[*t as usize] as f64 - l).abs();
+                    s.dl_n += 1;
                 }
-            })
-            .await?;
+                if i == n - 1 {
+                    // KL(llama.cpp ‖ ours) over llama.cpp's 64 most likely tokens (the
+                    // reference keeps those and its row's log-sum-exp).
+                    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+                    let z = row.iter().map(|v| (*v as f64 - m).exp()).sum::<f64>().ln() + m;
+                    s.kl_sum += last_ids
+                        .iter()
+                        .zip(&last_logits)
+                        .map(|(t, l)| {
+                            let lp = l - lse;
+                            lp.exp() * (lp - (row[*t as usize] as f64 - z))
+                        })
+                        .sum::<f64>();
+                    s.prompts += 1;
+                }
+            }
+            if i + 1 >= n && i + 1 - n < greedy.len() {
+                s.greedy_total += 1;
+                s.greedy_agree += (ours == greedy[i + 1 - n]) as usize;
+            }
+        };
+        if decode {
+            for (i, &token) in all.iter().enumerate() {
+                model.decode_step(gpu, &kv, &mut seq, token).await?;
+                visit(i, &model.read_logits(gpu, 1).await?);
+            }
+        } else {
+            model.score(gpu, &kv, &mut seq, &all, &mut visit).await?;
+        }
     }
     Ok((s, model.weight_bytes(), gguf_bytes))
 }
