@@ -42,13 +42,18 @@ pub fn int_x(x: &[f32], bits: u32) -> (Vec<f32>, Vec<f32>) {
     (q, ds)
 }
 
+/// `1 / sqrt(mean(row²) + eps)`, RMSNorm's scale (f64 sums).
+pub fn inv_rms(row: &[f32], eps: f32) -> f64 {
+    let ms = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / row.len() as f64;
+    1.0 / (ms + eps as f64).sqrt()
+}
+
 /// `y[r] = x[r] / rms(x[r]) · w` for `rows` rows of `dim` (f64 sums).
 pub fn rmsnorm(x: &[f32], w: &[f32], rows: usize, dim: usize, eps: f32) -> Vec<f32> {
     let mut y = vec![0f32; rows * dim];
     for r in 0..rows {
         let row = &x[r * dim..(r + 1) * dim];
-        let ms = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / dim as f64;
-        let s = 1.0 / (ms + eps as f64).sqrt();
+        let s = inv_rms(row, eps);
         for i in 0..dim {
             y[r * dim + i] = (row[i] as f64 * s * w[i] as f64) as f32;
         }

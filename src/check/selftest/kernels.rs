@@ -45,8 +45,7 @@ impl Check {
                     match op {
                         Fused::RmsNorm => {
                             let xw: Vec<f32> = row[..k].iter().zip(&nw).map(|(a, b)| a * b).collect();
-                            let ms = row[..k].iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / k as f64;
-                            let r = 1.0 / (ms + 1e-5).sqrt();
+                            let r = oracle::inv_rms(&row[..k], 1e-5);
                             xr = oracle::int_x(&xw, bits).0.iter().map(|v| (*v as f64 * r) as f32).collect();
                         }
                         _ => {
