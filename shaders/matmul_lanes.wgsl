@@ -23,7 +23,10 @@
 //   make a byte hold 3 of them, and an f32 product costs lavapipe a shift, a mask, a conversion, a
 //   multiply and an add a value, so these formats ran at ~1.7-1.9x Q4_1's time a byte. With x
 //   rounded to integers (as llama.cpp's CPU backend rounds x to 8 bits for them), a u32 multiply
-//   makes two products (`dot_int`).
+//   makes two products (`dot_int`). Q2_K's d and dmin are applied once a block (`q2k_block`), so
+//   its d/dmin word is loaded once a block, not with each pair of chunks as its header in
+//   quant.wgsl: a header word costs lavapipe as much as a weight word, and this took Q2_K from
+//   ~1.4x Q4_1's time a byte to ~1.25x (docs/BENCHMARKS.md).
 // - IQ4_NL and IQ4_XS look their 16 values up by a subgroup shuffle (`iq4_lanes`).
 @group(0) @binding(5) var<storage, read> w64: array<u64>; // the same buffer as `w`
 @group(0) @binding(6) var<storage, read> w256: array<vec4<u64>>; // and again
@@ -43,9 +46,14 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
     var acc: array<vec4<f32>, 8>;
     var xv: array<vec4<f32>, 8>;
     var xsum: vec4<f32>;
-    var xp: array<vec2<u32>, 8>; // int_chunk's
-    var xi = vec3<f32>();
-    var acci: array<f32, 8>; // dot_int's
+    // The integer path (XBITS > 0): the chunk's x (`int_chunk`), each row's sums of `dot_int`
+    // (Q2_K: over the block so far; Q3_K: its result so far) and Q2_K's results of finished
+    // blocks, and Q2_K's scale word for the chunk pair (its header is not `hd` here).
+    var xi: IntX;
+    var xp: array<vec2<u32>, 8>;
+    var si: array<vec2<f32>, 8>;
+    var acci: array<f32, 8>;
+    var hs: array<u32, 8>;
     var hd: array<vec4<u32>, 8>; // as matvec's, for each row
     var ss = 0.0;
     let tab = iq4_table(sl);
@@ -64,8 +72,11 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
             xv[7] = subgroupBroadcast(own, 7u);
             xsum = xv[0] + xv[1] + xv[2] + xv[3] + xv[4] + xv[5] + xv[6] + xv[7];
         }
-        if has_header() && c % header_period() == 0u {
+        if has_header() && FORMAT != FMT_Q2_K && c % header_period() == 0u {
             hd = header_rows8(rb, c);
+        }
+        if FORMAT == FMT_Q2_K && c % 2u == 0u {
+            hs = words_rows8(blk(rb, c / 8u) + ((c % 8u) / 2u) * G);
         }
         // The rows' words, each word of the 8 one load; the products spelled out (acc, hd, and
         // the words at constant indices): with a helper picking row r's words out of the loaded
@@ -80,25 +91,38 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
         var q7: array<u32, 8>;
         let bb = blk(rb, chunk_block(c));
         for (var i = 0u; i < chunk_words(); i++) {
-            let v = w256[(bb + chunk_word(c, i) * G) / 8u];
-            q0[i] = u32(v.x);
-            q1[i] = u32(v.x >> 32u);
-            q2[i] = u32(v.y);
-            q3[i] = u32(v.y >> 32u);
-            q4[i] = u32(v.z);
-            q5[i] = u32(v.z >> 32u);
-            q6[i] = u32(v.w);
-            q7[i] = u32(v.w >> 32u);
+            let v = words_rows8(bb + chunk_word(c, i) * G);
+            q0[i] = v[0];
+            q1[i] = v[1];
+            q2[i] = v[2];
+            q3[i] = v[3];
+            q4[i] = v[4];
+            q5[i] = v[5];
+            q6[i] = v[6];
+            q7[i] = v[7];
         }
         if XBITS > 0u {
-            acci[0] += dot_int(&q0, c, &xp, xi, hd[0]);
-            acci[1] += dot_int(&q1, c, &xp, xi, hd[1]);
-            acci[2] += dot_int(&q2, c, &xp, xi, hd[2]);
-            acci[3] += dot_int(&q3, c, &xp, xi, hd[3]);
-            acci[4] += dot_int(&q4, c, &xp, xi, hd[4]);
-            acci[5] += dot_int(&q5, c, &xp, xi, hd[5]);
-            acci[6] += dot_int(&q6, c, &xp, xi, hd[6]);
-            acci[7] += dot_int(&q7, c, &xp, xi, hd[7]);
+            si[0] += dot_int(&q0, c, &xp, xi, hd[0], hs[0]);
+            si[1] += dot_int(&q1, c, &xp, xi, hd[1], hs[1]);
+            si[2] += dot_int(&q2, c, &xp, xi, hd[2], hs[2]);
+            si[3] += dot_int(&q3, c, &xp, xi, hd[3], hs[3]);
+            si[4] += dot_int(&q4, c, &xp, xi, hd[4], hs[4]);
+            si[5] += dot_int(&q5, c, &xp, xi, hd[5], hs[5]);
+            si[6] += dot_int(&q6, c, &xp, xi, hd[6], hs[6]);
+            si[7] += dot_int(&q7, c, &xp, xi, hd[7], hs[7]);
+            if FORMAT == FMT_Q2_K && c % 8u == 7u {
+                // The block's end: its d and dmin (word 20 of the block) applied.
+                let dw = words_rows8(blk(rb, c / 8u) + 20u * G);
+                acci[0] += q2k_block(si[0], dw[0]);
+                acci[1] += q2k_block(si[1], dw[1]);
+                acci[2] += q2k_block(si[2], dw[2]);
+                acci[3] += q2k_block(si[3], dw[3]);
+                acci[4] += q2k_block(si[4], dw[4]);
+                acci[5] += q2k_block(si[5], dw[5]);
+                acci[6] += q2k_block(si[6], dw[6]);
+                acci[7] += q2k_block(si[7], dw[7]);
+                si = array<vec2<f32>, 8>();
+            }
         } else {
             acc[0] += dot_words_lanes(&q0, c, &xv, xsum, hd[0], tab);
             acc[1] += dot_words_lanes(&q1, c, &xv, xsum, hd[1], tab);
@@ -116,7 +140,7 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
     ss += subgroupShuffleXor(ss, 1u);
     for (var j = 0u; j < 8u; j++) {
         if n0 + j < p.n {
-            store(t, n0 + j, finish(dot(acc[j], vec4<f32>(1.0)) + acci[j], ss));
+            store(t, n0 + j, finish(dot(acc[j], vec4<f32>(1.0)) + acci[j] + si[j].x, ss));
         }
     }
 }
@@ -155,17 +179,25 @@ fn iq4_lanes(q: u32, shift: u32, tab: vec2<f32>) -> vec4<f32> {
     return select(lo, hi, n >= vec4<u32>(8u));
 }
 
+// x's chunk as integers (`int_chunk`): d (a power of two) and the integers' sums over the chunk's
+// two 16-value halves.
+struct IntX {
+    d: f32,
+    h: vec2<i32>,
+}
+
 // The chunk whose quad `own` this lane loaded, as XBITS-bit integers: each value times
 // 2^(XBITS + 125 - E), E the biased exponent of the chunk's largest magnitude m (m < 2^(E - 126)),
 // lies within ±2^(XBITS - 1) and is rounded to the nearest integer (ties to even) by adding
 // 1.5 · 2^23, whose ulp is 1: exact in f32, and no float-to-int conversion, which lavapipe makes
 // lane by lane (with clamping). So x is d · an integer with d = 2^(E - 125 - XBITS), as
-// `oracle::int_x` computes it. Returns d and d times the integers' sums over the two 16-value
-// halves; `pairs` gets the 8 quads' integers two a word, (x[4i + 2] + x[4i] · 2^16,
-// x[4i + 3] + x[4i + 1] · 2^16) for quad i (wrapping: the low value's sign borrows from the high
-// one, which `dot_int` undoes). (llama.cpp's CPU backend scales a 256-value block's largest
-// magnitude to 127 instead; a power of two makes the rounding the same everywhere.)
-fn int_chunk(own: vec4<f32>, pairs: ptr<function, array<vec2<u32>, 8>>) -> vec3<f32> {
+// `oracle::int_x` computes it. `pairs` gets the 8 quads' integers two a word,
+// (x[4i + 2] + x[4i] · 2^16, x[4i + 3] + x[4i + 1] · 2^16) for quad i (wrapping: the low value's
+// sign borrows from the high one, which `dot_int` undoes). (llama.cpp's CPU backend scales a
+// 256-value block's largest magnitude to 127 instead; a power of two makes the rounding the same
+// everywhere, and one scale a 256-value block with the same bits fell outside the decode bounds of
+// tests/data/formats/README.md.)
+fn int_chunk(own: vec4<f32>, pairs: ptr<function, array<vec2<u32>, 8>>) -> IntX {
     let a = abs(own);
     var m = max(max(a.x, a.y), max(a.z, a.w));
     m = max(m, subgroupShuffleXor(m, 4u));
@@ -175,10 +207,10 @@ fn int_chunk(own: vec4<f32>, pairs: ptr<function, array<vec2<u32>, 8>>) -> vec3<
     let r = own * bitcast<f32>((XBITS + 252u - e) << 23u) + 12582912.0;
     let qx = bitcast<vec4<u32>>(r) - vec4<u32>(0x4B400000u);
     let mine = vec2<u32>(qx.z + (qx.x << 16u), qx.w + (qx.y << 16u));
-    // The integers' sum over lanes 0..3 (quads 0..3) and 4..7.
-    // (From the integers: the compiler may fold (v + c) - c back to v.)
+    // The sums over lanes 0..3 (quads 0..3) and 4..7, from the integers (the compiler may fold
+    // (v + c) - c back to v).
     let qi = bitcast<vec4<i32>>(qx);
-    var h = f32(qi.x + qi.y + qi.z + qi.w);
+    var h = qi.x + qi.y + qi.z + qi.w;
     h += subgroupShuffleXor(h, 1u);
     h += subgroupShuffleXor(h, 2u);
     (*pairs)[0] = subgroupBroadcast(mine, 0u);
@@ -189,17 +221,33 @@ fn int_chunk(own: vec4<f32>, pairs: ptr<function, array<vec2<u32>, 8>>) -> vec3<
     (*pairs)[5] = subgroupBroadcast(mine, 5u);
     (*pairs)[6] = subgroupBroadcast(mine, 6u);
     (*pairs)[7] = subgroupBroadcast(mine, 7u);
-    let d = bitcast<f32>((e + 2u - XBITS) << 23u);
-    return vec3<f32>(d, d * subgroupBroadcast(h, 0u), d * subgroupBroadcast(h, 4u));
+    return IntX(bitcast<f32>((e + 2u - XBITS) << 23u), vec2<i32>(subgroupBroadcast(h, 0u), subgroupBroadcast(h, 4u)));
 }
 
-// `dot_words` with x as integers (`int_chunk`), for Q2_K (XBITS 10) and Q3_K (9). A pair of values
+// A Q2_K row's block from its sums (`dot_int`'s over the block) and its d/dmin word.
+fn q2k_block(s: vec2<f32>, dm_word: u32) -> f32 {
+    let dm = unpack2x16float(dm_word);
+    return dm.x * s.x - dm.y * s.y;
+}
+
+// The word at offset `i` in `w` (of a row that is a multiple of 8) and the same word of the 7
+// rows after it: one vec4<u64>, row by row.
+fn words_rows8(i: u32) -> array<u32, 8> {
+    let v = w256[i / 8u];
+    return array<u32, 8>(u32(v.x), u32(v.x >> 32u), u32(v.y), u32(v.y >> 32u), u32(v.z), u32(v.z >> 32u), u32(v.w), u32(v.w >> 32u));
+}
+
+// `dot_words` with x as integers (`int_chunk`), for Q2_K (XBITS 10) and Q3_K (9). Q2_K's without
+// the block's d and dmin, which `q2k_block` applies once a block: Σ scale · Σ x·q and
+// Σ minimum · Σ x over the chunk's halves (hs: the scale word of the chunk pair); Q3_K's
+// Σ scale · Σ x·(q − 4) times its d (all in its header hd), rounded as `dot_words` rounds it.
+// Those sums are integers below 2^20 in magnitude, times x's d: exact in f32. A pair of values
 // (q_a, q_b) at bits 0 and 16 of a word, times x's pair (x_b + x_a · 2^16), is
 // q_a·x_b + (q_a·x_a + q_b·x_b) · 2^16 (mod 2^32): two products a u32 multiply. Over a 16-value
 // half the low field stays below 2^15 in magnitude (8 pairs: Q2_K's 8·3·512 = 12,288, Q3_K's
 // 8·7·256 = 14,336) and so does the high one (24,576 and 28,672): adding 2^15 and shifting takes
 // the high field out exactly. Those bounds set each format's XBITS.
-fn dot_int(q: ptr<function, array<u32, 8>>, c: u32, xp: ptr<function, array<vec2<u32>, 8>>, xi: vec3<f32>, hd: vec4<u32>) -> f32 {
+fn dot_int(q: ptr<function, array<u32, 8>>, c: u32, xp: ptr<function, array<vec2<u32>, 8>>, xi: IntX, hd: vec4<u32>, hs: u32) -> vec2<f32> {
     var a0 = 0u;
     var a1 = 0u;
     let sb = c % 8u;
@@ -225,17 +273,17 @@ fn dot_int(q: ptr<function, array<u32, 8>>, c: u32, xp: ptr<function, array<vec2
             a1 += (b1 & 0x00070007u) * p1.x + ((b1 >> 8u) & 0x00070007u) * p1.y;
         }
     }
-    // Σ x·q over each half, in f32 (exact: an integer below 2^15 times a power of two).
-    let s0 = xi.x * f32((bitcast<i32>(a0) + 0x8000) >> 16u);
-    let s1 = xi.x * f32((bitcast<i32>(a1) + 0x8000) >> 16u);
+    let s0 = (bitcast<i32>(a0) + 0x8000) >> 16u;
+    let s1 = (bitcast<i32>(a1) + 0x8000) >> 16u;
+    let h = xi.h;
     if FORMAT == FMT_Q2_K {
-        // As dot_words: the halves' scales and minimums.
-        let dm = unpack2x16float(hd.y);
-        let sc = (hd.x >> (16u * (sb % 2u))) & 0xffffu;
-        return dm.x * (f32(sc & 15u) * s0 + f32((sc >> 8u) & 15u) * s1) - dm.y * (f32((sc >> 4u) & 15u) * xi.y + f32(sc >> 12u) * xi.z);
+        let sc = hs >> (16u * (sb % 2u));
+        let sq = s0 * i32(sc & 15u) + s1 * i32((sc >> 8u) & 15u);
+        let sm = h.x * i32((sc >> 4u) & 15u) + h.y * i32((sc >> 12u) & 15u);
+        return xi.d * vec2<f32>(f32(sq), f32(sm));
     }
-    // Σ x·(q − 4): the −4 over each half.
-    return bitcast<f32>(hd.w) * (q3k_scale_hd(hd, 2u * sb) * (s0 - 4.0 * xi.y) + q3k_scale_hd(hd, 2u * sb + 1u) * (s1 - 4.0 * xi.z));
+    let sq = (s0 - 4 * h.x) * q3k_scale_int(hd, 2u * sb) + (s1 - 4 * h.y) * q3k_scale_int(hd, 2u * sb + 1u);
+    return vec2<f32>(bitcast<f32>(hd.w) * (xi.d * f32(sq)), 0.0);
 }
 
 // quant.wgsl's `header` for the 8 rows from rb (a multiple of 8): each word the 8 read is one
@@ -251,15 +299,15 @@ fn header_rows8(rb: u32, c: u32) -> array<vec4<u32>, 8> {
     var a6: array<u32, 4>;
     var a7: array<u32, 4>;
     for (var i = 0u; i < header_words(); i++) {
-        let v = w256[header_word(rb, c, i) / 8u];
-        a0[i] = u32(v.x);
-        a1[i] = u32(v.x >> 32u);
-        a2[i] = u32(v.y);
-        a3[i] = u32(v.y >> 32u);
-        a4[i] = u32(v.z);
-        a5[i] = u32(v.z >> 32u);
-        a6[i] = u32(v.w);
-        a7[i] = u32(v.w >> 32u);
+        let v = words_rows8(header_word(rb, c, i));
+        a0[i] = v[0];
+        a1[i] = v[1];
+        a2[i] = v[2];
+        a3[i] = v[3];
+        a4[i] = v[4];
+        a5[i] = v[5];
+        a6[i] = v[6];
+        a7[i] = v[7];
     }
     return array<vec4<u32>, 8>(header_of(&a0, c), header_of(&a1, c), header_of(&a2, c), header_of(&a3, c),
                                header_of(&a4, c), header_of(&a5, c), header_of(&a6, c), header_of(&a7, c));

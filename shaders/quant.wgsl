@@ -84,24 +84,26 @@ fn bytes4(w: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<vec4<i32>>((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u)));
 }
 
-// Bits s .. s+3 of q moved to bit 0 of each of a word's 4 bytes (bit s + j to bit 8j): one
-// multiply, as the four shifted copies it adds do not overlap.
-fn spread4(q: u32, s: u32) -> u32 {
-    return (((q >> s) & 15u) * 0x204081u) & 0x01010101u;
+// Quad `quad`'s 4 single bits (the fifth bits of Q5_0, Q5_1 and Q5_K, Q3_K's third) at bit 0 of
+// each of a word's 4 bytes: the GPU layout holds value 4·quad + j's bit at bit 8j + quad
+// (quant.rs's `bits_by_quad`).
+fn quad_bits(q: u32, quad: u32) -> u32 {
+    return (q >> quad) & 0x01010101u;
 }
 
 // A value that is two bit-fields (a low part and high bits stored apart) is put together as an
 // integer, 4 values a word, and converted once (`bytes4`): on lavapipe a conversion and a
 // multiply-add a field cost more than the integer operations that combine them. Each takes
 // quad `quad` (0..8) of a 32-value chunk: values 4·quad .. 4·quad + 3.
-// Q5_0, Q5_1, Q5_K: the nibbles of word n (quads 0..3 low, 4..7 high) and fifth bit 4·quad + j of qh.
+// Q5_0, Q5_1, Q5_K: the nibbles of word n (quads 0..3 low, 4..7 high) and the quad's fifth bits
+// from qh.
 fn q5_bytes(n: u32, qh: u32, quad: u32) -> u32 {
-    return ((n >> (4u * (quad / 4u))) & 0x0f0f0f0fu) | (spread4(qh, 4u * quad) << 4u);
+    return ((n >> (4u * (quad / 4u))) & 0x0f0f0f0fu) | (quad_bits(qh, quad) << 4u);
 }
 
-// Q3_K: 2 low bits at 2·(quad % 4) of each byte of ql, and the third, bit 4·quad + j of hm.
+// Q3_K: 2 low bits at 2·(quad % 4) of each byte of ql, and the quad's third bits from hm.
 fn q3_bytes(ql: u32, hm: u32, quad: u32) -> u32 {
-    return ((ql >> (2u * (quad % 4u))) & 0x03030303u) | (spread4(hm, 4u * quad) << 2u);
+    return ((ql >> (2u * (quad % 4u))) & 0x03030303u) | (quad_bits(hm, quad) << 2u);
 }
 
 // Q6_K: the nibbles of word n (as q5_bytes) and 2 high bits at 2·(quad % 4) of each byte of qh.
@@ -133,11 +135,16 @@ fn iq4(q: u32, shift: u32) -> vec4<f32> {
 }
 
 // Q3_K's 6-bit scale s (0..16), minus 32, from the block's `header` (its 12 scale bytes in words
-// x..z): the low 4 bits in byte s % 8, the high 2 in byte 8 + s % 4.
+// x..z): the low 4 bits in byte s % 8, the high 2 in byte 8 + s % 4. (`q3k_scale_int`: as an
+// integer.)
 fn q3k_scale_hd(hd: vec4<u32>, s: u32) -> f32 {
+    return f32(q3k_scale_int(hd, s));
+}
+
+fn q3k_scale_int(hd: vec4<u32>, s: u32) -> i32 {
     let lo = (select(hd.x, hd.y, s % 8u >= 4u) >> (8u * (s % 4u) + 4u * (s / 8u))) & 15u;
     let hi = (hd.z >> (8u * (s % 4u) + 2u * (s / 4u))) & 3u;
-    return f32(i32(lo | (hi << 4u)) - 32);
+    return i32(lo | (hi << 4u)) - 32;
 }
 
 // The same scale of the block at bb (12 bytes at word 24), loading only the two words it reads.

@@ -114,8 +114,8 @@ pub static FORMATS: [FormatInfo; 15] = [
     FormatInfo { name: "Q4_1", ggml_type: 3, block: QK, gguf_bytes: 20, split_d: None, halves: &[0, 2], shader_id: 3, lanes: true, x_bits: 0, permute: None, dequantize: q4_1_values, quantize: Some(q4_1_bytes) },
     FormatInfo { name: "BF16", ggml_type: 30, block: 1, gguf_bytes: 2, split_d: None, halves: &[], shader_id: 4, lanes: false, x_bits: 0, permute: None, dequantize: bf16_values, quantize: Some(bf16_bytes) },
     FormatInfo { name: "Q4_0", ggml_type: 2, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 5, lanes: false, x_bits: 0, permute: None, dequantize: q4_0_values, quantize: Some(q4_0_bytes) },
-    FormatInfo { name: "Q5_0", ggml_type: 6, block: QK, gguf_bytes: 22, split_d: Some(0), halves: &[0], shader_id: 6, lanes: false, x_bits: 0, permute: None, dequantize: q5_0_values, quantize: None },
-    FormatInfo { name: "Q5_1", ggml_type: 7, block: QK, gguf_bytes: 24, split_d: None, halves: &[0, 2], shader_id: 7, lanes: false, x_bits: 0, permute: None, dequantize: q5_1_values, quantize: None },
+    FormatInfo { name: "Q5_0", ggml_type: 6, block: QK, gguf_bytes: 22, split_d: Some(0), halves: &[0], shader_id: 6, lanes: false, x_bits: 0, permute: Some(q5_0_permute), dequantize: q5_0_values, quantize: None },
+    FormatInfo { name: "Q5_1", ggml_type: 7, block: QK, gguf_bytes: 24, split_d: None, halves: &[0, 2], shader_id: 7, lanes: false, x_bits: 0, permute: Some(q5_1_permute), dequantize: q5_1_values, quantize: None },
     FormatInfo { name: "IQ4_NL", ggml_type: 20, block: QK, gguf_bytes: 18, split_d: Some(0), halves: &[0], shader_id: 8, lanes: false, x_bits: 0, permute: None, dequantize: iq4_nl_values, quantize: None },
     FormatInfo { name: "Q2_K", ggml_type: 10, block: QK_K, gguf_bytes: 84, split_d: None, halves: &[80, 82], shader_id: 9, lanes: false, x_bits: 10, permute: Some(q2_k_permute), dequantize: q2_k_values, quantize: None },
     FormatInfo { name: "Q3_K", ggml_type: 11, block: QK_K, gguf_bytes: 110, split_d: Some(108), halves: &[108], shader_id: 10, lanes: false, x_bits: 9, permute: Some(q3_k_permute), dequantize: q3_k_values, quantize: None },
@@ -299,14 +299,43 @@ fn crumbs_by_sub_block(q: &mut [u8]) {
 }
 
 /// Single bits (Q5_K's fifth bits, Q3_K's hmask: bit sb of byte l is value l of sub-block sb) as
-/// a word a sub-block, bit l for value l.
+/// a word a sub-block, in [`bits_by_quad`]'s order.
 fn bits_by_sub_block(q: &mut [u8]) {
     let mut old = [0u8; 32];
     old.copy_from_slice(q);
     for sb in 0..8 {
         let w = (0..32).fold(0u32, |w, l| w | (((old[l] >> sb) & 1) as u32) << l);
-        q[4 * sb..4 * sb + 4].copy_from_slice(&w.to_le_bytes());
+        q[4 * sb..4 * sb + 4].copy_from_slice(&bits_by_quad(w).to_le_bytes());
     }
+}
+
+/// A word of 32 single bits, bit l for value l, with value 4i + j's bit at 8j + i: quad i's 4 bits
+/// are then one shift and mask from bit 0 of each byte (quant.wgsl's `quad_bits`), where in GGUF's
+/// order spreading them took a multiply. Byte j gathers every 4th bit from j by halving the gaps
+/// three times (a bit loop was 32 iterations a block, on every Q5_0/Q5_1 block of a file).
+fn bits_by_quad(w: u32) -> u32 {
+    (0..4).fold(0, |o, j| {
+        let mut b = (w >> j) & 0x1111_1111;
+        b = (b | b >> 3) & 0x0303_0303;
+        b = (b | b >> 6) & 0x000f_000f;
+        b = (b | b >> 12) & 0xff;
+        o | b << (8 * j)
+    })
+}
+
+/// Q5_0: its fifth bits (the word after d) in [`bits_by_quad`]'s order.
+fn q5_0_permute(blk: &mut [u8]) {
+    fifth_bits(&mut blk[2..6]);
+}
+
+/// Q5_1: as Q5_0, the word after d and m.
+fn q5_1_permute(blk: &mut [u8]) {
+    fifth_bits(&mut blk[4..8]);
+}
+
+fn fifth_bits(q: &mut [u8]) {
+    let w = u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
+    q.copy_from_slice(&bits_by_quad(w).to_le_bytes());
 }
 
 /// Q2_K: scales, then the 2-bit values by sub-block, then d and dmin.
@@ -640,6 +669,19 @@ pub fn quantize(format: Format, x: &[f32]) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bits_by_quad_moves_value_4i_plus_j_to_bit_8j_plus_i() {
+        let plain = |w: u32| (0..32).fold(0u32, |o, l| o | ((w >> l) & 1) << (8 * (l % 4) + l / 4));
+        let mut w = 0x9e37_79b9u32;
+        for l in 0..32 {
+            assert_eq!(bits_by_quad(1 << l), plain(1 << l), "bit {l}");
+        }
+        for _ in 0..1000 {
+            w = w.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            assert_eq!(bits_by_quad(w), plain(w), "{w:#010x}");
+        }
+    }
 
     #[test]
     fn quantize_roundtrip_is_close() {
