@@ -146,7 +146,7 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
 }
 
 // quant.wgsl's `dot_words`, but IQ4_NL's and IQ4_XS's values looked up by `iq4_lanes`.
-fn dot_words_lanes(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>, hd: vec4<u32>, tab: vec2<f32>) -> vec4<f32> {
+fn dot_words_lanes(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, array<vec4<f32>, 8>>, xsum: vec4<f32>, hd: vec4<u32>, tab: u32) -> vec4<f32> {
     if FORMAT != FMT_IQ4_NL && FORMAT != FMT_IQ4_XS {
         return dot_words(q, c, xv, xsum, hd);
     }
@@ -160,23 +160,28 @@ fn dot_words_lanes(q: ptr<function, array<u32, 8>>, c: u32, xv: ptr<function, ar
     return iq4xs_scale(hd, c % 8u) * s;
 }
 
-// Lane l's entries of ggml's kvalues_iq4nl (quant.wgsl's `iq4`): x = value l % 8, y = value
-// l % 8 + 8.
-fn iq4_table(l: u32) -> vec2<f32> {
+// Lane l's entries of ggml's kvalues_iq4nl (quant.wgsl's `iq4`), values l % 8 and l % 8 + 8, as
+// the top 16 bits of their f32s (bfloat16: the values are integers of at most 7 bits, so exact),
+// value l % 8 in bits 16..31 and value l % 8 + 8 in bits 0..15.
+fn iq4_table(l: u32) -> u32 {
     let v = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
-    return vec2<f32>(v[l % 8u], v[l % 8u + 8u]);
+    return (bitcast<u32>(v[l % 8u]) & 0xffff0000u) | (bitcast<u32>(v[l % 8u + 8u]) >> 16u);
 }
 
-// quant.wgsl's `iq4` (the values of the nibbles at `shift` of q's 4 bytes), each looked up in the
-// table the 8 lanes hold (`iq4_table`) by two subgroup shuffles and a select: lavapipe makes a
-// shuffle one permute instruction, where the polynomial is 9 operations a value (and a table in
-// per-lane memory is a load loop over the lanes). Every lane must take part.
-fn iq4_lanes(q: u32, shift: u32, tab: vec2<f32>) -> vec4<f32> {
-    let n = (vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift)) & vec4<u32>(15u);
+// quant.wgsl's `iq4` (the values of the nibbles at `shift` of q's 4 bytes), looked up in the
+// table the 8 lanes hold (`iq4_table`) by one subgroup shuffle of the nibble's low 3 bits: its
+// top bit picks the entry's half by a shift of 0 or 16 (which leaves the chosen half's f32 in the
+// top bits), and a mask clears the rest, so the values are exact. lavapipe makes a shuffle one
+// permute instruction, where the polynomial is 9 operations a value (and a table in per-lane
+// memory a load loop over the lanes). Two shuffles, one for each half and a select, cost AVX2 more:
+// IQ4_NL and IQ4_XS took ~1.55x Q4_1's time a byte against ~1.35x this way on an AMD Zen 3
+// (docs/BENCHMARKS.md, 2026-12-08). Every lane must take part.
+fn iq4_lanes(q: u32, shift: u32, tab: u32) -> vec4<f32> {
+    let n = vec4<u32>(q, q >> 8u, q >> 16u, q >> 24u) >> vec4<u32>(shift);
     let m = n & vec4<u32>(7u);
-    let lo = vec4<f32>(subgroupShuffle(tab.x, m.x), subgroupShuffle(tab.x, m.y), subgroupShuffle(tab.x, m.z), subgroupShuffle(tab.x, m.w));
-    let hi = vec4<f32>(subgroupShuffle(tab.y, m.x), subgroupShuffle(tab.y, m.y), subgroupShuffle(tab.y, m.z), subgroupShuffle(tab.y, m.w));
-    return select(lo, hi, n >= vec4<u32>(8u));
+    let e = vec4<u32>(subgroupShuffle(tab, m.x), subgroupShuffle(tab, m.y), subgroupShuffle(tab, m.z), subgroupShuffle(tab, m.w));
+    let by = (n << vec4<u32>(1u)) & vec4<u32>(16u);
+    return bitcast<vec4<f32>>((e << by) & vec4<u32>(0xffff0000u));
 }
 
 // x's chunk as integers (`int_chunk`): d (a power of two) and the integers' sums over the chunk's
