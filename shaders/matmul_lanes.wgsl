@@ -48,7 +48,8 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
     var xsum: vec4<f32>;
     // The integer path (XBITS > 0): the chunk's x (`int_chunk`), each row's sums of `dot_int`
     // (Q2_K: over the block so far; Q3_K: its result so far) and Q2_K's results of finished
-    // blocks, and Q2_K's scale word for the chunk pair (its header is not `hd` here).
+    // blocks, and Q2_K's scale word for the chunk pair (the first word of its header, which is not
+    // `hd` here: the second, d/dmin, is loaded once a block).
     var xi: IntX;
     var xp: array<vec2<u32>, 8>;
     var si: array<vec2<f32>, 8>;
@@ -76,7 +77,7 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
             hd = header_rows8(rb, c);
         }
         if FORMAT == FMT_Q2_K && c % 2u == 0u {
-            hs = words_rows8(blk(rb, c / 8u) + ((c % 8u) / 2u) * G);
+            hs = words_rows8(header_word(rb, c, 0u));
         }
         // The rows' words, each word of the 8 one load; the products spelled out (acc, hd, and
         // the words at constant indices): with a helper picking row r's words out of the loaded
@@ -111,8 +112,8 @@ fn matvec_lanes(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
             si[6] += dot_int(&q6, c, &xp, xi, hd[6], hs[6]);
             si[7] += dot_int(&q7, c, &xp, xi, hd[7], hs[7]);
             if FORMAT == FMT_Q2_K && c % 8u == 7u {
-                // The block's end: its d and dmin (word 20 of the block) applied.
-                let dw = words_rows8(blk(rb, c / 8u) + 20u * G);
+                // The block's end: its d and dmin (its header's second word) applied.
+                let dw = words_rows8(header_word(rb, c, 1u));
                 acci[0] += q2k_block(si[0], dw[0]);
                 acci[1] += q2k_block(si[1], dw[1]);
                 acci[2] += q2k_block(si[2], dw[2]);
